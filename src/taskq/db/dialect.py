@@ -1,0 +1,180 @@
+"""The few places where Postgres and SQLite differ, isolated in one module.
+
+Everything else in taskq builds the same SQLAlchemy Core statements for both engines.
+Here: URL normalisation, engine options, the SQLite connection setup (WAL, busy timeout,
+``BEGIN IMMEDIATE``), the store's clock, upserts, advisory locks and the translation of
+"table missing" errors into :class:`~taskq.exceptions.SchemaNotReady`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final
+
+from sqlalchemy import Engine, event, func, literal_column, select, text
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.pool import ConnectionPoolEntry, NullPool, StaticPool
+from sqlalchemy.sql.elements import ColumnElement
+
+from taskq.exceptions import SchemaNotReady
+from taskq.settings import TaskQSettings
+
+__all__ = [
+    "READONLY_OPTION",
+    "advisory_xact_lock",
+    "async_url",
+    "engine_options",
+    "insert",
+    "is_postgres",
+    "is_sqlite",
+    "now",
+    "schema_translate_map",
+    "sync_url",
+    "translate_error",
+]
+
+READONLY_OPTION: Final = "taskq_readonly"
+"""Execution option: on SQLite, begin a deferred (read) transaction instead of IMMEDIATE."""
+
+_PG_DRIVER: Final = "postgresql+psycopg"
+
+
+def _url(url: str | URL) -> URL:
+    return make_url(url) if isinstance(url, str) else url
+
+
+def is_postgres(url: str | URL) -> bool:
+    """True when ``url`` names a PostgreSQL database."""
+    return _url(url).get_backend_name() == "postgresql"
+
+
+def is_sqlite(url: str | URL) -> bool:
+    """True when ``url`` names a SQLite database."""
+    return _url(url).get_backend_name() == "sqlite"
+
+
+def _check_backend(u: URL) -> None:
+    if u.get_backend_name() not in ("postgresql", "sqlite"):
+        raise ValueError(
+            f"unsupported database URL {u.render_as_string(hide_password=True)!r}: "
+            "taskq runs on postgresql:// or sqlite://"
+        )
+
+
+def async_url(url: str | URL) -> URL:
+    """The URL for the asyncio engine: psycopg 3 for Postgres, aiosqlite for SQLite.
+
+    A plain ``postgresql://`` means ``postgresql+psycopg://``.
+    """
+    u = _url(url)
+    _check_backend(u)
+    if is_postgres(u):
+        return u.set(drivername=_PG_DRIVER)
+    return u.set(drivername="sqlite+aiosqlite")
+
+
+def sync_url(url: str | URL) -> URL:
+    """The URL for the blocking engine: psycopg 3 for Postgres, pysqlite for SQLite."""
+    u = _url(url)
+    _check_backend(u)
+    if is_postgres(u):
+        return u.set(drivername=_PG_DRIVER)
+    return u.set(drivername="sqlite+pysqlite")
+
+
+def schema_translate_map(url: str | URL, schema: str) -> dict[str | None, str | None]:
+    """Where unqualified taskq tables live: ``schema`` on Postgres; SQLite has no schemas."""
+    return {None: schema} if is_postgres(url) else {}
+
+
+def _sqlite_memory(u: URL) -> bool:
+    return u.database in (None, "", ":memory:") or "mode=memory" in str(u)
+
+
+def engine_options(url: str | URL, settings: TaskQSettings) -> dict[str, Any]:
+    """Keyword arguments for ``create_engine``/``create_async_engine`` on this URL."""
+    u = _url(url)
+    translate = schema_translate_map(u, settings.schema_name)
+    options: dict[str, Any] = {"execution_options": {"schema_translate_map": translate}}
+    if is_postgres(u):
+        options.update(pool_size=settings.pool_size, max_overflow=settings.pool_size, pool_pre_ping=True)
+    elif _sqlite_memory(u):
+        options.update(poolclass=StaticPool, connect_args={"check_same_thread": False})
+    else:
+        options.update(poolclass=NullPool, connect_args={"check_same_thread": False})
+    return options
+
+
+def install_sqlite_hooks(engine: Engine, busy_timeout_ms: int) -> None:
+    """Make a SQLite engine safe for several writers: WAL, busy timeout, BEGIN IMMEDIATE.
+
+    The driver's own transaction handling is switched off so that SQLAlchemy's ``begin``
+    event can issue ``BEGIN IMMEDIATE``: the write lock is taken at the start of the
+    transaction, so two writers never deadlock upgrading a read lock. Connections marked
+    with the :data:`READONLY_OPTION` execution option begin a deferred transaction.
+    """
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        readonly = conn.get_execution_options().get(READONLY_OPTION, False)
+        conn.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
+
+
+def now(dialect_name: str) -> ColumnElement[Any]:
+    """The store's clock as a SQL expression (Postgres ``clock_timestamp()``)."""
+    if dialect_name == "postgresql":
+        return func.clock_timestamp()
+    return func.strftime("%Y-%m-%d %H:%M:%f", "now")
+
+
+def insert(dialect_name: str, table: Any) -> Any:
+    """An INSERT that supports ``on_conflict_do_update`` / ``on_conflict_do_nothing``."""
+    if dialect_name == "postgresql":
+        return postgresql.insert(table)
+    return sqlite.insert(table)
+
+
+def advisory_xact_lock(dialect_name: str, key: str) -> Any | None:
+    """A transaction-scoped advisory lock on ``key``; ``None`` on SQLite.
+
+    SQLite needs none: ``BEGIN IMMEDIATE`` already serialises every writer.
+    """
+    if dialect_name != "postgresql":
+        return None
+    return select(func.pg_advisory_xact_lock(func.hashtextextended(key, literal_column("0"))))
+
+
+def set_local_search_path(schema: str) -> Any:
+    """``search_path`` for the current transaction (used by migrations for reflection)."""
+    return text("SELECT set_config('search_path', :path, true)").bindparams(path=schema)
+
+
+_SQLITE_MISSING = re.compile(r"no such table: (?:\w+\.)?(\w+)")
+_PG_MISSING = re.compile(r'relation "(?:[^"]+\.)?([^"]+)" does not exist')
+
+
+def translate_error(exc: BaseException) -> BaseException:
+    """Map a driver's "table does not exist" to :class:`SchemaNotReady`; else return ``exc``."""
+    if not isinstance(exc, DBAPIError):
+        return exc
+    orig = exc.orig
+    message = str(orig)
+    sqlstate = getattr(orig, "sqlstate", None)
+    match = _PG_MISSING.search(message) if sqlstate == "42P01" else _SQLITE_MISSING.search(message)
+    if match is None:
+        return exc
+    error = SchemaNotReady(match.group(1))
+    error.__cause__ = exc
+    return error

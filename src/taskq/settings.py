@@ -1,0 +1,125 @@
+"""Settings read from ``TASKQ_*`` environment variables.
+
+:meth:`TaskQSettings.load` is the one entry point. An invalid value raises
+:class:`~taskq.exceptions.ConfigurationError` naming the variable, so a misconfigured
+process fails at startup, not on its first job.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any, ClassVar, Self
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from taskq.constants import DEFAULT_SCHEMA, DEFAULT_SQLITE_URL, SCHEMA_NAME_RE
+from taskq.exceptions import ConfigurationError
+
+__all__ = ["TaskQSettings", "WorkerSettings"]
+
+_log = logging.getLogger("taskq.settings")
+_ENV_PREFIX = "TASKQ_"
+
+
+class TaskQSettings(BaseSettings):
+    """Settings every taskq process reads: where the stores are and how to talk to them."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=_ENV_PREFIX, extra="ignore", frozen=True, validate_default=True
+    )
+
+    database_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL of the job store. Unset: the embedded SQLite file "
+        f"{DEFAULT_SQLITE_URL}.",
+    )
+    redis_url: str | None = Field(default=None, description="Redis URL for rate limits/progress.")
+    schema_name: str = Field(default=DEFAULT_SCHEMA, description="Postgres schema for the tables.")
+    rate_limit_pg_fallback_enabled: bool = Field(
+        default=True, description="Fall back to Postgres when Redis is unreachable."
+    )
+    default_start_to_close: timedelta | None = Field(
+        default=None, description="Worker-wide per-attempt timeout when neither enqueue nor actor sets one."
+    )
+    actor_config_cache_ttl: timedelta = Field(
+        default=timedelta(seconds=5), description="TTL of the enqueue-side actor_config cache."
+    )
+    admin_ui_allow_rate_limit_reset: bool = False
+    admin_actions_enabled: bool = False
+    sqlite_busy_timeout_ms: int = Field(default=30_000, ge=0)
+    pool_size: int = Field(default=10, ge=1)
+
+    _warned_default_db: ClassVar[bool] = False
+
+    @field_validator("schema_name")
+    @classmethod
+    def _check_schema(cls, value: str) -> str:
+        if SCHEMA_NAME_RE.fullmatch(value) is None or len(value) > 63:
+            raise ValueError(f"must match {SCHEMA_NAME_RE.pattern} and be at most 63 characters")
+        return value
+
+    @field_validator("default_start_to_close", "actor_config_cache_ttl")
+    @classmethod
+    def _check_positive(cls, value: timedelta | None) -> timedelta | None:
+        if value is not None and value <= timedelta(0):
+            raise ValueError("must be a positive duration")
+        return value
+
+    @classmethod
+    def load(cls, **overrides: Any) -> Self:
+        """Read the environment (plus explicit ``overrides``) into a validated instance.
+
+        Raises :class:`ConfigurationError` naming the first offending variable.
+        """
+        try:
+            return cls(**overrides)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field = str(err["loc"][0]) if err["loc"] else "?"
+            variable = field if field in overrides else f"{_ENV_PREFIX}{field.upper()}"
+            raise ConfigurationError(variable, str(err["msg"])) from None
+
+    @property
+    def effective_database_url(self) -> str:
+        """The configured URL, or the embedded SQLite default (announced once at INFO)."""
+        if self.database_url:
+            return self.database_url
+        if not TaskQSettings._warned_default_db:
+            TaskQSettings._warned_default_db = True
+            _log.info("TASKQ_DATABASE_URL is not set; using the embedded %s", DEFAULT_SQLITE_URL)
+        return DEFAULT_SQLITE_URL
+
+
+class WorkerSettings(TaskQSettings):
+    """Settings of a worker process, on top of :class:`TaskQSettings`."""
+
+    max_concurrency: int = Field(default=10, ge=1, description="Jobs one process runs at once.")
+    queues: tuple[str, ...] = Field(default=("default",), description="Queues this worker claims.")
+    lock_lease: timedelta = Field(default=timedelta(seconds=60))
+    heartbeat_interval: timedelta = Field(default=timedelta(seconds=10))
+    sweep_interval: timedelta = Field(default=timedelta(seconds=30))
+    poll_interval: timedelta = Field(default=timedelta(milliseconds=200))
+    claim_batch_size: int = Field(default=100, ge=1)
+    cancellation_grace_period: timedelta = Field(default=timedelta(seconds=30))
+    cleanup_grace_period: timedelta = Field(default=timedelta(seconds=10))
+    termination_grace_period: timedelta = Field(default=timedelta(seconds=60))
+    progress_data_max_bytes: int = Field(default=8192, ge=1)
+    progress_flush_interval: timedelta = Field(default=timedelta(seconds=2))
+
+    @field_validator(
+        "lock_lease",
+        "heartbeat_interval",
+        "sweep_interval",
+        "poll_interval",
+        "cancellation_grace_period",
+        "cleanup_grace_period",
+        "termination_grace_period",
+        "progress_flush_interval",
+    )
+    @classmethod
+    def _check_durations(cls, value: timedelta) -> timedelta:
+        if value <= timedelta(0):
+            raise ValueError("must be a positive duration")
+        return value
