@@ -19,9 +19,15 @@ config = context.config
 schema: str = config.attributes.get("taskq_schema", "taskq")
 
 
+def _include_name(name: str | None, type_: str, _parents: Any) -> bool:
+    # alembic's own version table lives beside ours; it is not part of taskq's schema.
+    return not (type_ == "table" and name == "alembic_version")
+
+
 def _configure(**kwargs: Any) -> None:
     context.configure(
         target_metadata=metadata,
+        include_name=_include_name,
         render_as_batch=True,
         compare_type=True,
         **kwargs,

@@ -1,0 +1,104 @@
+"""Shared fixtures: real Postgres, real SQLite files and real Redis, one set per xdist worker.
+
+Postgres and Redis must answer: a test that needs them fails (never skips) when they do
+not. The ``engine_url`` fixture is parametrised over both SQL engines so one behavioural
+test runs on each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from taskq.db import migrate
+from taskq.db.engine import make_engine
+from taskq.settings import TaskQSettings
+from tests.support import databases
+
+
+@pytest.fixture(scope="session")
+def worker_id_str(request: pytest.FixtureRequest) -> str:
+    return str(getattr(request.config, "workerinput", {}).get("workerid", "master"))
+
+
+@pytest.fixture(scope="session")
+def settings() -> TaskQSettings:
+    return TaskQSettings.load(database_url=None, redis_url=None, schema_name="taskq")
+
+
+@pytest.fixture(scope="session")
+def pg_session_url(worker_id_str: str, settings: TaskQSettings) -> Iterator[URL]:
+    """A Postgres database migrated to head, private to this xdist worker."""
+    name = f"taskq_test_{databases.RUN_ID}_{worker_id_str}"
+    url = databases.create_database(name)
+
+    async def _migrate() -> None:
+        engine = make_engine(url, settings=settings)
+        await migrate.upgrade(engine, settings=settings)
+        await engine.dispose()
+
+    asyncio.run(_migrate())
+    yield url
+    databases.drop_database(name)
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory, settings: TaskQSettings) -> Path:
+    """A SQLite file migrated to head; tests get copies of it."""
+    path = tmp_path_factory.mktemp("sqlite-template") / "template.db"
+
+    async def _migrate() -> None:
+        engine = make_engine(f"sqlite:///{path}", settings=settings)
+        await migrate.upgrade(engine, settings=settings)
+        await engine.dispose()
+
+    asyncio.run(_migrate())
+    return path
+
+
+@pytest.fixture
+def pg_url(pg_session_url: URL) -> Iterator[URL]:
+    """The worker's migrated Postgres database, emptied after the test."""
+    yield pg_session_url
+    databases.truncate_all(pg_session_url)
+
+
+@pytest.fixture
+def sqlite_url(sqlite_template: Path, tmp_path: Path) -> str:
+    """A fresh migrated SQLite file for this test."""
+    target = databases.copy_sqlite(sqlite_template, tmp_path / "taskq.db")
+    return f"sqlite:///{target}"
+
+
+@pytest.fixture(params=["postgres", "sqlite"])
+def engine_url(request: pytest.FixtureRequest) -> str | URL:
+    """A migrated database URL, once per SQL engine."""
+    if request.param == "postgres":
+        return request.getfixturevalue("pg_url")  # type: ignore[no-any-return]
+    return request.getfixturevalue("sqlite_url")  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+async def engine(engine_url: str | URL, settings: TaskQSettings) -> AsyncIterator[AsyncEngine]:
+    """An async engine on each SQL engine in turn."""
+    eng = make_engine(engine_url, settings=settings)
+    yield eng
+    await eng.dispose()
+
+
+@pytest.fixture
+def redis_url(worker_id_str: str) -> Iterator[str]:
+    """A Redis logical database private to this xdist worker, flushed after the test."""
+    import redis
+
+    url = databases.redis_url_for(worker_id_str)
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    yield url
+    client.flushdb()
+    client.close()
