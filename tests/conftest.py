@@ -92,13 +92,16 @@ async def engine(engine_url: str | URL, settings: TaskQSettings) -> AsyncIterato
 
 
 @pytest.fixture
-def redis_url(worker_id_str: str) -> Iterator[str]:
-    """A Redis logical database private to this xdist worker, flushed after the test."""
-    import redis
+def redis_url() -> str:
+    """The test Redis. Shared by concurrent runs: tests name their keys with ``unique_name``."""
+    return databases.REDIS_URL
 
-    url = databases.redis_url_for(worker_id_str)
-    client = redis.Redis.from_url(url)
-    client.flushdb()
-    yield url
-    client.flushdb()
-    client.close()
+
+@pytest.fixture
+def unique_name(request: pytest.FixtureRequest) -> str:
+    """A bucket/queue/actor name no other test (or concurrent test run) uses."""
+    import re
+    import uuid
+
+    base = re.sub(r"[^A-Za-z0-9_]", "_", request.node.name)[:60]
+    return f"{base}_{uuid.uuid4().hex[:8]}"

@@ -34,10 +34,6 @@ def worker_index(worker_id: str) -> int:
     return 0 if worker_id == "master" else int(worker_id.removeprefix("gw"))
 
 
-def redis_url_for(worker_id: str) -> str:
-    u = make_url(REDIS_URL)
-    return str(u.set(database=str(1 + worker_index(worker_id) % 15)))
-
 
 def create_database(name: str) -> URL:
     """Create an empty Postgres database and return its URL."""
