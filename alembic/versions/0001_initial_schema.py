@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
+
 import taskq.db.types
 
 revision: str = "0001"
@@ -384,7 +385,6 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("job_attempts", schema=None) as batch_op:
         batch_op.create_index("ix_job_attempts_job", ["job_id", "attempt"], unique=False)
-
 
 
 def downgrade() -> None:

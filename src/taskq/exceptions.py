@@ -231,7 +231,7 @@ class ScopeViolation(TaskQError):
         super().__init__(message)
 
 
-class Snooze(TaskQError):  # noqa: N818 - the spec's name
+class Snooze(TaskQError):
     """Signal: reschedule the job at ``now + delay`` without consuming retry budget."""
 
     def __init__(self, delay: timedelta) -> None:
@@ -243,7 +243,7 @@ class Snooze(TaskQError):  # noqa: N818 - the spec's name
         super().__init__(f"snoozed for {delay}")
 
 
-class RetryAfter(TaskQError):  # noqa: N818 - the spec's name
+class RetryAfter(TaskQError):
     """Signal: retry after ``delay``; consumes the retry budget unless told not to."""
 
     def __init__(self, delay: timedelta, consume_budget: bool = True) -> None:

@@ -41,7 +41,8 @@ class TaskQSettings(BaseSettings):
         default=True, description="Fall back to Postgres when Redis is unreachable."
     )
     default_start_to_close: timedelta | None = Field(
-        default=None, description="Worker-wide per-attempt timeout when neither enqueue nor actor sets one."
+        default=None,
+        description="Worker-wide per-attempt timeout when neither enqueue nor actor sets one.",
     )
     actor_config_cache_ttl: timedelta = Field(
         default=timedelta(seconds=5), description="TTL of the enqueue-side actor_config cache."

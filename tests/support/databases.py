@@ -34,7 +34,6 @@ def worker_index(worker_id: str) -> int:
     return 0 if worker_id == "master" else int(worker_id.removeprefix("gw"))
 
 
-
 def create_database(name: str) -> URL:
     """Create an empty Postgres database and return its URL."""
     admin = create_engine(admin_url(), isolation_level="AUTOCOMMIT")

@@ -99,7 +99,9 @@ def engine_options(url: str | URL, settings: TaskQSettings) -> dict[str, Any]:
     translate = schema_translate_map(u, settings.schema_name)
     options: dict[str, Any] = {"execution_options": {"schema_translate_map": translate}}
     if is_postgres(u):
-        options.update(pool_size=settings.pool_size, max_overflow=settings.pool_size, pool_pre_ping=True)
+        options.update(
+            pool_size=settings.pool_size, max_overflow=settings.pool_size, pool_pre_ping=True
+        )
     elif _sqlite_memory(u):
         options.update(poolclass=StaticPool, connect_args={"check_same_thread": False})
     else:

@@ -29,7 +29,9 @@ from taskq.settings import TaskQSettings
 __all__ = ["make_engine", "transaction"]
 
 
-def make_engine(url: str | URL | None = None, *, settings: TaskQSettings | None = None) -> AsyncEngine:
+def make_engine(
+    url: str | URL | None = None, *, settings: TaskQSettings | None = None
+) -> AsyncEngine:
     """Create an engine for ``url`` (default: ``TASKQ_DATABASE_URL`` or the embedded SQLite).
 
     The caller owns the engine and disposes of it.
@@ -47,7 +49,9 @@ def make_engine(url: str | URL | None = None, *, settings: TaskQSettings | None 
 
 
 @asynccontextmanager
-async def transaction(engine: AsyncEngine, *, readonly: bool = False) -> AsyncIterator[AsyncConnection]:
+async def transaction(
+    engine: AsyncEngine, *, readonly: bool = False
+) -> AsyncIterator[AsyncConnection]:
     """Open a connection in a transaction that commits on success and rolls back on error.
 
     ``readonly=True`` lets SQLite begin a deferred transaction so readers do not queue

@@ -6,7 +6,6 @@ connection, inside one transaction per command.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from alembic import command
@@ -14,23 +13,15 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from taskq._acompat import arun_sync
-from taskq.db.migrations import alembic_config, head_revision, version_table_schema
+from taskq.db.migrations import (
+    MigrationStatus,
+    alembic_config,
+    head_revision,
+    version_table_schema,
+)
 from taskq.settings import TaskQSettings
 
 __all__ = ["MigrationStatus", "current_revision", "downgrade", "status", "upgrade"]
-
-
-@dataclass(frozen=True, slots=True)
-class MigrationStatus:
-    """Where a database stands against the migrations this package ships."""
-
-    current: str | None
-    head: str | None
-
-    @property
-    def up_to_date(self) -> bool:
-        """True when the database is at the newest revision."""
-        return self.current is not None and self.current == self.head
 
 
 def _schema(settings: TaskQSettings | None) -> str:

@@ -7,6 +7,7 @@ ship inside the wheel as ``taskq/_alembic``.
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,21 @@ from sqlalchemy.engine import URL
 
 from taskq.db.dialect import is_postgres, sync_url
 
-__all__ = ["alembic_config", "head_revision", "offline_sql", "script_location"]
+__all__ = ["MigrationStatus", "alembic_config", "head_revision", "offline_sql", "script_location"]
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationStatus:
+    """Where a database stands against the migrations this package ships."""
+
+    current: str | None
+    head: str | None
+
+    @property
+    def up_to_date(self) -> bool:
+        """True when the database is at the newest revision."""
+        return self.current is not None and self.current == self.head
+
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 

@@ -1,0 +1,22 @@
+"""The ``taskq`` command group and the options every subcommand shares."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from taskq import __version__
+from taskq.cli.migrate import migrate
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="taskq")
+@click.option("-v", "--verbose", help="Log at INFO (DEBUG with -vv).", count=True)
+def main(verbose: int) -> None:
+    """taskq: a Postgres-backed job queue with first-class rate limiting."""
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+
+
+main.add_command(migrate)
