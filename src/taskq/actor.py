@@ -1,0 +1,466 @@
+"""``@actor`` and ``ActorRef[P, R]``: declaring a job handler and validating it at import.
+
+The decorator reads the handler's signature once: the payload model ``P`` (first
+parameter), an optional ``ctx: JobContext[P]`` (second positional), the DI dependencies
+(every other parameter, by annotated class) and the result type ``R``. Every mistake it
+can see raises here, at decoration time, naming the actor and the parameter: ``TypeError``
+for types and annotations, ``ValueError`` for out-of-range values.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import sys
+import types
+import typing
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Generic, TypeVar, cast, get_args, get_origin, overload
+
+import structlog
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from taskq._acompat import ato_thread
+from taskq.constants import (
+    DEFAULT_QUEUE,
+    DEFAULT_UNIQUE_STATES,
+    JOB_STATUSES,
+    MAX_NAME_LENGTH,
+    SMALLINT_MAX,
+    SMALLINT_MIN,
+    JobStatus,
+    validate_queue_name,
+)
+from taskq.context import JobContext
+from taskq.exceptions import PayloadValidationError
+from taskq.retry import OnCancel, OnRetryExhausted, OnSuccess, RetryClassifierHook, RetryPolicy
+
+__all__ = ["ActorRef", "actor", "get_actor", "registered_actors", "validate_actor_name"]
+
+P = TypeVar("P", bound=BaseModel)
+R = TypeVar("R")
+
+_log = structlog.get_logger("taskq.actor")
+_ACTORS: dict[str, ActorRef[Any, Any]] = {}
+
+
+def validate_actor_name(name: object) -> str:
+    """An actor name: a non-empty ``str`` of at most 200 printable, non-space characters."""
+    if not isinstance(name, str):
+        raise TypeError(f"actor name must be a str, got {type(name).__name__}")
+    if (
+        not name
+        or len(name) > MAX_NAME_LENGTH
+        or not name.isprintable()
+        or any(c.isspace() for c in name)
+    ):
+        raise ValueError(
+            f"invalid actor name {name!r}: 1..{MAX_NAME_LENGTH} printable characters, no spaces"
+        )
+    return name
+
+
+@dataclass(frozen=True, eq=False)
+class ActorRef(Generic[P, R]):
+    """A declared actor: its handler, its types and its options.
+
+    Pass it to ``JobsClient.enqueue`` to queue a job. Calling it (``await ref(payload,
+    ...)``) runs the handler in-process, bypassing the queue: for tests and simulators.
+    """
+
+    name: str
+    queue: str
+    payload_type: type[P]
+    result_type: Any
+    result_adapter: TypeAdapter[R]
+    fn: Callable[..., Any]
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    result_ttl: timedelta | None = None
+    singleton: bool = False
+    max_concurrent: int | None = None
+    max_pending: int | None = None
+    metadata: dict[str, object] = field(default_factory=dict)
+    unique_for: timedelta | None = None
+    unique_states: tuple[JobStatus, ...] = cast("tuple[JobStatus, ...]", DEFAULT_UNIQUE_STATES)
+    start_to_close: timedelta | None = None
+    rate_limits: list[Any] = field(default_factory=list)
+    reservations: list[Any] = field(default_factory=list)
+    non_retryable_exceptions: tuple[type[BaseException], ...] = ()
+    retry_classifier: RetryClassifierHook | None = None
+    on_retry_exhausted: OnRetryExhausted | None = None
+    on_retry_exhausted_timeout: float = 3.0
+    on_success: OnSuccess | None = None
+    on_success_timeout: float = 3.0
+    on_cancel: OnCancel | None = None
+    on_cancel_timeout: float = 3.0
+    priority: int = 0
+    wants_ctx: bool = False
+    is_sync: bool = False
+    dependencies: dict[str, type[object]] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return f"<ActorRef {self.name!r} queue={self.queue!r}>"
+
+    def validate_payload(self, payload: object) -> P:
+        """Return ``payload`` as the actor's model; ``PayloadValidationError`` if it does not fit.
+
+        A model instance of another class is re-validated from its fields, never trusted.
+        """
+        if type(payload) is self.payload_type:
+            return payload
+        raw = payload.model_dump() if isinstance(payload, BaseModel) else payload
+        try:
+            return self.payload_type.model_validate(raw)
+        except ValidationError as exc:
+            raise PayloadValidationError(self.name, exc.errors(include_url=False)) from exc
+
+    def dump_payload(self, payload: object) -> dict[str, Any]:
+        """Validate and serialise a payload to the JSON document stored on the job row."""
+        return self.validate_payload(payload).model_dump(mode="json")
+
+    def dump_result(self, result: R) -> Any:
+        """Serialise a handler's return value for ``jobs.result`` (JSON)."""
+        return self.result_adapter.dump_python(result, mode="json")
+
+    def load_result(self, raw: Any) -> R:
+        """Rebuild the typed result from the stored JSON (``JobHandle.wait`` uses this)."""
+        return self.result_adapter.validate_python(raw)
+
+    async def invoke(self, payload: P, ctx: JobContext[P] | None, deps: dict[str, object]) -> R:
+        """Run the handler with resolved DI ``deps`` (the worker's entry point).
+
+        A sync handler runs in a thread; an async one is awaited on the current loop.
+        """
+        args: tuple[object, ...] = (payload, ctx) if self.wants_ctx else (payload,)
+        if self.is_sync:
+            return cast("R", await ato_thread(functools.partial(self.fn, *args, **deps)))
+        return cast("R", await self.fn(*args, **deps))
+
+    async def __call__(self, payload: P, *args: Any, **kwargs: Any) -> R:
+        """Direct in-process invocation: ``await ref(payload)`` or ``await ref(payload, ctx, **deps)``.
+
+        ``TypeError`` when ``ctx`` is given to a handler without one, omitted for a handler
+        that declares one, or a DI keyword is missing or unknown.
+        """
+        if self.wants_ctx and len(args) != 1:
+            raise TypeError(
+                f"actor {self.name!r} declares a JobContext: call it as (payload, ctx, ...)"
+            )
+        if not self.wants_ctx and args:
+            raise TypeError(
+                f"actor {self.name!r} takes no JobContext: call it as (payload, **deps)"
+            )
+        model = self.validate_payload(payload)
+        call_args = (model, *args)
+        inspect.signature(self.fn).bind(*call_args, **kwargs)
+        return await self.invoke(model, args[0] if args else None, kwargs)
+
+
+def get_actor(name: str) -> ActorRef[Any, Any]:
+    """The actor declared in this process under ``name``; ``LookupError`` when there is none."""
+    try:
+        return _ACTORS[name]
+    except KeyError:
+        raise LookupError(
+            f"unknown actor {name!r}: no @actor with that name was imported"
+        ) from None
+
+
+def registered_actors() -> dict[str, ActorRef[Any, Any]]:
+    """A snapshot of every actor declared (imported) in this process, by name."""
+    return dict(_ACTORS)
+
+
+@overload
+def actor(fn: Callable[..., Any], /) -> ActorRef[Any, Any]: ...
+@overload
+def actor(
+    fn: None = None,
+    /,
+    *,
+    name: str | None = None,
+    queue: str = DEFAULT_QUEUE,
+    retry: RetryPolicy | None = None,
+    result_ttl: timedelta | None = None,
+    singleton: bool = False,
+    max_concurrent: int | None = None,
+    max_pending: int | None = None,
+    metadata: dict[str, object] | None = None,
+    unique_for: timedelta | None = None,
+    unique_states: tuple[JobStatus, ...] = ...,
+    start_to_close: timedelta | None = None,
+    rate_limits: Sequence[Any] | None = None,
+    reservations: Sequence[Any] | None = None,
+    non_retryable_exceptions: tuple[type[BaseException], ...] = (),
+    retry_classifier: RetryClassifierHook | None = None,
+    on_retry_exhausted: OnRetryExhausted | None = None,
+    on_retry_exhausted_timeout: float = 3.0,
+    on_success: OnSuccess | None = None,
+    on_success_timeout: float = 3.0,
+    on_cancel: OnCancel | None = None,
+    on_cancel_timeout: float = 3.0,
+    priority: int = 0,
+) -> Callable[[Callable[..., Any]], ActorRef[Any, Any]]: ...
+def actor(
+    fn: Callable[..., Any] | None = None, /, **options: Any
+) -> ActorRef[Any, Any] | Callable[[Callable[..., Any]], ActorRef[Any, Any]]:
+    """Declare a job handler. Plain (``@actor``) or parameterised (``@actor(queue=...)``).
+
+    Returns an :class:`ActorRef` carrying the payload and result types. See the actors
+    page for every option; all are validated here.
+    """
+    caller = sys._getframe(1)
+    localns = dict(caller.f_locals)
+    if fn is not None:
+        if options:
+            raise TypeError("@actor takes options as keywords only: @actor(queue=...)")
+        return _build(fn, localns, {})
+
+    def decorate(handler: Callable[..., Any]) -> ActorRef[Any, Any]:
+        return _build(handler, localns, options)
+
+    return decorate
+
+
+_OPTION_NAMES = frozenset(
+    {
+        "name", "queue", "retry", "result_ttl", "singleton", "max_concurrent", "max_pending",
+        "metadata", "unique_for", "unique_states", "start_to_close", "rate_limits",
+        "reservations", "non_retryable_exceptions", "retry_classifier", "on_retry_exhausted",
+        "on_retry_exhausted_timeout", "on_success", "on_success_timeout", "on_cancel",
+        "on_cancel_timeout", "priority",
+    }
+)  # fmt: skip
+
+
+def _build(
+    fn: Callable[..., Any], localns: dict[str, Any], opts: dict[str, Any]
+) -> ActorRef[Any, Any]:
+    if not callable(fn) or isinstance(fn, ActorRef):
+        raise TypeError(f"@actor decorates a function, got {fn!r}")
+    unknown = set(opts) - _OPTION_NAMES
+    if unknown:
+        raise TypeError(f"@actor got unknown option(s): {sorted(unknown)}")
+    raw_name = opts.get("name")
+    name = validate_actor_name(raw_name if raw_name is not None else fn.__qualname__)
+
+    def fail(param: str, message: str, exc: type[Exception] = TypeError) -> Exception:
+        return exc(f"@actor {name!r}: {param}: {message}")
+
+    sig = _signature(fn, name, localns, fail)
+    values = _check_options(opts, fail)
+    ref: ActorRef[Any, Any] = ActorRef(name=name, fn=fn, **sig, **values)
+    _ACTORS[name] = ref
+    return ref
+
+
+def _resolve_hints(fn: Callable[..., Any], localns: dict[str, Any]) -> dict[str, Any]:
+    globalns = getattr(fn, "__globals__", {})
+    try:
+        return typing.get_type_hints(fn, globalns=globalns, localns=localns)
+    except NameError as exc:
+        raise TypeError(f"@actor {fn.__qualname__!r}: cannot resolve an annotation: {exc}") from exc
+
+
+def _signature(
+    fn: Callable[..., Any], name: str, localns: dict[str, Any], fail: Callable[..., Exception]
+) -> dict[str, Any]:
+    hints = _resolve_hints(fn, localns)
+    params = list(inspect.signature(fn).parameters.values())
+    if not params or params[0].kind not in (
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    ):
+        raise fail("payload", "the handler must take the payload as its first positional parameter")
+    payload_param = params[0]
+    if payload_param.name not in hints:
+        raise fail(payload_param.name, "the payload parameter needs a type annotation")
+    payload_type = hints[payload_param.name]
+    if not (isinstance(payload_type, type) and issubclass(payload_type, BaseModel)):
+        raise fail(
+            payload_param.name,
+            f"payload type must be a pydantic BaseModel subclass, got {payload_type!r}",
+        )
+    if "return" not in hints:
+        raise fail("return", "the handler needs a return annotation (a BaseModel subclass or None)")
+    result_type = hints["return"]
+    if result_type is types.NoneType:
+        result_type = None
+    if result_type is not None and not (
+        isinstance(result_type, type) and issubclass(result_type, BaseModel)
+    ):
+        raise fail(
+            "return",
+            f"result type must be a pydantic BaseModel subclass or None, got {result_type!r}",
+        )
+
+    wants_ctx = False
+    deps: dict[str, type[object]] = {}
+    for index, param in enumerate(params[1:], start=1):
+        if param.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            raise fail(param.name, "*args/**kwargs are not allowed in an actor signature")
+        annotation = hints.get(param.name, inspect.Parameter.empty)
+        if annotation is inspect.Parameter.empty:
+            raise fail(param.name, "every DI parameter needs a type annotation (a concrete class)")
+        if annotation is JobContext or get_origin(annotation) is JobContext:
+            if index != 1 or param.kind is inspect.Parameter.KEYWORD_ONLY:
+                raise fail(
+                    param.name, "the JobContext parameter must be the second positional parameter"
+                )
+            ctx_args = get_args(annotation)
+            if ctx_args and ctx_args[0] is not payload_type:
+                raise fail(
+                    param.name,
+                    f"JobContext[{getattr(ctx_args[0], '__name__', ctx_args[0])}] does not match "
+                    f"the payload type {payload_type.__name__}",
+                )
+            wants_ctx = True
+            continue
+        if not isinstance(annotation, type):
+            raise fail(
+                param.name, f"DI parameter annotation must be a concrete class, got {annotation!r}"
+            )
+        if issubclass(annotation, BaseModel) and annotation is payload_type:
+            raise fail(param.name, "the payload type cannot be a DI dependency")
+        deps[param.name] = annotation
+    return {
+        "payload_type": payload_type,
+        "result_type": result_type,
+        "result_adapter": TypeAdapter(result_type if result_type is not None else type(None)),
+        "wants_ctx": wants_ctx,
+        "is_sync": not inspect.iscoroutinefunction(fn),
+        "dependencies": deps,
+    }
+
+
+def _timedelta_opt(value: object, param: str, fail: Callable[..., Exception]) -> timedelta | None:
+    if value is None:
+        return None
+    if not isinstance(value, timedelta):
+        raise fail(param, f"must be a timedelta or None, got {type(value).__name__}")
+    if value <= timedelta(0):
+        raise fail(param, "must be > 0", ValueError)
+    return value
+
+
+def _count_opt(value: object, param: str, fail: Callable[..., Exception]) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise fail(param, f"must be an int or None, got {type(value).__name__}")
+    if value < 0:
+        raise fail(param, f"must be >= 0, got {value}", ValueError)
+    return value
+
+
+def _timeout(value: object, param: str, fail: Callable[..., Exception]) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise fail(param, "must be a number of seconds")
+    if not value > 0:
+        raise fail(param, "must be > 0", ValueError)
+    return float(value)
+
+
+def _callable_opt(value: object, param: str, fail: Callable[..., Exception]) -> Any:
+    if value is not None and not callable(value):
+        raise fail(param, "must be callable or None")
+    return value
+
+
+def _limits(value: object, param: str, fail: Callable[..., Exception]) -> list[Any]:
+    if value is None:
+        return []
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise fail(param, "must be a list")
+    out: list[Any] = []
+    for item in value:
+        if type(item).__name__ == "RateLimitRef":
+            raise fail(param, "pass the bucket's name or the bucket itself, not a RateLimitRef")
+        if isinstance(item, str):
+            from taskq.constants import validate_name
+
+            try:
+                validate_name(item, kind=param.removesuffix("s"))
+            except ValueError as exc:
+                raise fail(param, str(exc), ValueError) from exc
+        out.append(item)
+    return out
+
+
+def _check_options(opts: dict[str, Any], fail: Callable[..., Exception]) -> dict[str, Any]:
+    queue = opts.get("queue", DEFAULT_QUEUE)
+    try:
+        validate_queue_name(queue)
+    except ValueError as exc:
+        raise fail("queue", str(exc), ValueError) from exc
+    retry = opts.get("retry")
+    if retry is None:
+        retry = RetryPolicy()
+    elif not isinstance(retry, RetryPolicy):
+        raise fail("retry", f"must be a RetryPolicy or None, got {type(retry).__name__}")
+    singleton = opts.get("singleton", False)
+    if not isinstance(singleton, bool):
+        raise fail("singleton", f"must be a bool, got {type(singleton).__name__}")
+    metadata = opts.get("metadata")
+    if metadata is None:
+        metadata = {}
+    elif type(metadata) is not dict:
+        raise fail("metadata", f"must be a plain dict or None, got {type(metadata).__name__}")
+    if "singleton" in metadata:
+        raise fail("metadata", 'the key "singleton" is reserved by the library', ValueError)
+    try:
+        json.dumps(metadata)
+    except (TypeError, ValueError) as exc:
+        raise fail("metadata", f"must be JSON-serialisable: {exc}") from exc
+    unique_states = opts.get("unique_states", DEFAULT_UNIQUE_STATES)
+    if not isinstance(unique_states, tuple) or not unique_states:
+        raise fail("unique_states", "must be a non-empty tuple of job statuses")
+    for status in unique_states:
+        if status not in JOB_STATUSES:
+            raise fail("unique_states", f"unknown status {status!r}", ValueError)
+    nre = opts.get("non_retryable_exceptions", ())
+    if not isinstance(nre, tuple) or not all(
+        isinstance(t, type) and issubclass(t, BaseException) for t in nre
+    ):
+        raise fail("non_retryable_exceptions", "must be a tuple of exception classes")
+    priority = opts.get("priority", 0)
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise fail("priority", "must be an int")
+    if not SMALLINT_MIN <= priority <= SMALLINT_MAX:
+        raise fail(
+            "priority", f"must be in {SMALLINT_MIN}..{SMALLINT_MAX}, got {priority}", ValueError
+        )
+    return {
+        "queue": queue,
+        "retry": retry,
+        "result_ttl": _timedelta_opt(opts.get("result_ttl"), "result_ttl", fail),
+        "singleton": singleton,
+        "max_concurrent": _count_opt(opts.get("max_concurrent"), "max_concurrent", fail),
+        "max_pending": _count_opt(opts.get("max_pending"), "max_pending", fail),
+        "metadata": metadata,
+        "unique_for": _timedelta_opt(opts.get("unique_for"), "unique_for", fail),
+        "unique_states": unique_states,
+        "start_to_close": _timedelta_opt(opts.get("start_to_close"), "start_to_close", fail),
+        "rate_limits": _limits(opts.get("rate_limits"), "rate_limits", fail),
+        "reservations": _limits(opts.get("reservations"), "reservations", fail),
+        "non_retryable_exceptions": nre,
+        "retry_classifier": _callable_opt(opts.get("retry_classifier"), "retry_classifier", fail),
+        "on_retry_exhausted": _callable_opt(
+            opts.get("on_retry_exhausted"), "on_retry_exhausted", fail
+        ),
+        "on_success": _callable_opt(opts.get("on_success"), "on_success", fail),
+        "on_cancel": _callable_opt(opts.get("on_cancel"), "on_cancel", fail),
+        "on_retry_exhausted_timeout": _timeout(
+            opts.get("on_retry_exhausted_timeout", 3.0), "on_retry_exhausted_timeout", fail
+        ),
+        "on_success_timeout": _timeout(
+            opts.get("on_success_timeout", 3.0), "on_success_timeout", fail
+        ),
+        "on_cancel_timeout": _timeout(
+            opts.get("on_cancel_timeout", 3.0), "on_cancel_timeout", fail
+        ),
+        "priority": priority,
+    }
