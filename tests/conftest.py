@@ -105,3 +105,65 @@ def unique_name(request: pytest.FixtureRequest) -> str:
 
     base = re.sub(r"[^A-Za-z0-9_]", "_", request.node.name)[:60]
     return f"{base}_{uuid.uuid4().hex[:8]}"
+
+
+# --- TASKQ_TEST_ENGINES: engine selection for `nox -s tests` / `nox -s matrix` ---------------
+# Owned by noxfile.py (see docs/testing-matrix.md); keep this block self-contained.
+#
+# TASKQ_TEST_ENGINES is a comma-separated subset of "postgres,sqlite". Unset or empty: no
+# filtering. Set: a test bound to an engine runs only when that engine is selected; a test
+# bound to none (unit tests, Redis-only tests, ...) runs only when "postgres" is selected,
+# so `tests(engine='postgres')` + `tests(engine='sqlite')` run every test exactly once.
+# A test is bound to an engine when one of its parametrised fixtures took the value
+# "postgres"/"sqlite" (engine_url, and any fixture with params=["postgres", "sqlite"]), or
+# when it uses pg_url/pg_session_url (postgres) or sqlite_url/sqlite_template (sqlite).
+
+_ENGINES = ("postgres", "sqlite")
+_ENGINE_FIXTURES = {
+    "pg_url": "postgres",
+    "pg_session_url": "postgres",
+    "sqlite_url": "sqlite",
+    "sqlite_template": "sqlite",
+}
+
+
+def _selected_engines() -> set[str] | None:
+    import os
+
+    raw = os.environ.get("TASKQ_TEST_ENGINES", "").strip()
+    if not raw:
+        return None
+    chosen = {part.strip() for part in raw.split(",") if part.strip()}
+    unknown = chosen - set(_ENGINES)
+    if unknown:
+        raise pytest.UsageError(
+            f"TASKQ_TEST_ENGINES: unknown engine(s) {sorted(unknown)}; use {', '.join(_ENGINES)}"
+        )
+    return chosen
+
+
+def _item_engines(item: pytest.Item) -> set[str]:
+    bound: set[str] = set()
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None:
+        bound |= {v for v in callspec.params.values() if isinstance(v, str) and v in _ENGINES}
+    for name in getattr(item, "fixturenames", ()):
+        if name in _ENGINE_FIXTURES:
+            bound.add(_ENGINE_FIXTURES[name])
+    return bound
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect tests bound to engines TASKQ_TEST_ENGINES does not select."""
+    chosen = _selected_engines()
+    if chosen is None:
+        return
+    keep: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        bound = _item_engines(item)
+        wanted = bool(bound & chosen) if bound else "postgres" in chosen
+        (keep if wanted else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
