@@ -2,6 +2,43 @@
 
 from __future__ import annotations
 
+from taskq.actor import ActorRef, actor
+from taskq.client import EnqueueArgs, JobHandle, JobsClient, TaskQ
+from taskq.context import JobContext
+from taskq.di import ProviderRegistry, Scope
+from taskq.exceptions import (
+    JobCancelledError,
+    JobFailedError,
+    MaxPendingExceededError,
+    PayloadValidationError,
+    RetryAfter,
+    SingletonCollisionError,
+    Snooze,
+    TaskQError,
+)
+from taskq.retry import RetryOverride, RetryPolicy
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = [
+    "ActorRef",
+    "EnqueueArgs",
+    "JobCancelledError",
+    "JobContext",
+    "JobFailedError",
+    "JobHandle",
+    "JobsClient",
+    "MaxPendingExceededError",
+    "PayloadValidationError",
+    "ProviderRegistry",
+    "RetryAfter",
+    "RetryOverride",
+    "RetryPolicy",
+    "Scope",
+    "SingletonCollisionError",
+    "Snooze",
+    "TaskQ",
+    "TaskQError",
+    "__version__",
+    "actor",
+]

@@ -1,0 +1,207 @@
+"""Actor-config operations (``tq.actors``): read, set, diff, deregister, and the startup sync.
+
+``max_concurrent``, ``max_pending`` and ``result_ttl`` are operator-owned once a row
+exists: :func:`sync_actor_config` (called by the worker at startup) seeds them only on
+insert, and :meth:`ActorsClient.set` is how an operator changes them.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Iterable
+from typing import Any
+
+import structlog
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from taskq.actor import ActorRef, get_actor
+from taskq.actor_config import ActorConfigDiff, ActorConfigRow, DeregisterResult
+from taskq.db.engine import transaction
+from taskq.db.queries import actor_config as q
+from taskq.exceptions import (
+    ActorHasActiveJobsError,
+    ActorHasEnabledSchedulesError,
+    ActorNotFoundError,
+)
+from taskq.settings import TaskQSettings
+
+__all__ = [
+    "UNSET",
+    "ActorConfigDiff",
+    "ActorConfigRow",
+    "ActorsClient",
+    "DeregisterResult",
+    "seed_values",
+    "sync_actor_config",
+]
+
+_log = structlog.get_logger("taskq.actor_config")
+UNSET: Any = object()
+"""Sentinel: "leave this field as it is" in :meth:`ActorsClient.set`."""
+
+_SEED_FIELDS = ("max_concurrent", "max_pending", "result_ttl")
+
+
+def seed_values(ref: ActorRef[Any, Any]) -> dict[str, Any]:
+    """The ``actor_config`` row an actor's decorator literals seed."""
+    metadata = dict(ref.metadata)
+    if ref.singleton:
+        metadata["singleton"] = True
+    return {
+        "actor": ref.name,
+        "queue": ref.queue,
+        "max_concurrent": ref.max_concurrent,
+        "max_pending": ref.max_pending,
+        "result_ttl_s": ref.result_ttl.total_seconds() if ref.result_ttl is not None else None,
+        "metadata": metadata,
+    }
+
+
+async def sync_actor_config(
+    conn: AsyncConnection, actors: Iterable[ActorRef[Any, Any]]
+) -> list[ActorConfigRow]:
+    """Upsert every actor's row on ``conn`` (the worker's startup sync); return the stored rows.
+
+    Logs ``actor-config-capacity-override`` (info) per actor whose literal differs from a
+    stored seed-only field, since that literal is not what is enforced.
+    """
+    dialect = conn.dialect.name
+    rows: list[ActorConfigRow] = []
+    for ref in actors:
+        row = ActorConfigRow.from_mapping(
+            (await conn.execute(q.upsert_seed(dialect, seed_values(ref)))).mappings().one()
+        )
+        rows.append(row)
+        differing = [d.field for d in _diff(ref, row) if d.differs]
+        if differing:
+            _log.info("actor-config-capacity-override", actor=ref.name, fields=differing)
+    return rows
+
+
+def _diff(ref: ActorRef[Any, Any], row: ActorConfigRow | None) -> list[ActorConfigDiff]:
+    out = []
+    for name in _SEED_FIELDS:
+        literal = getattr(ref, name)
+        stored = getattr(row, name) if row is not None else None
+        if row is None:
+            enforced = "unregistered"
+        elif name == "max_pending":
+            enforced = "stored" if stored is not None else "literal"
+        else:
+            enforced = "stored"
+        out.append(ActorConfigDiff(ref.name, name, literal, stored, enforced))
+    return out
+
+
+class ActorsClient:
+    """Operator-side actor-config operations on ``engine``."""
+
+    def __init__(self, engine: AsyncEngine, *, settings: TaskQSettings | None = None) -> None:
+        self.engine = engine
+        self.settings = settings
+
+    async def get(self, actor: str) -> ActorConfigRow | None:
+        """The stored row, or ``None``."""
+        async with transaction(self.engine, readonly=True) as conn:
+            row = (await conn.execute(q.get(actor))).mappings().first()
+        return ActorConfigRow.from_mapping(row) if row is not None else None
+
+    async def list(self) -> list[ActorConfigRow]:
+        """Every stored row, by actor name."""
+        async with transaction(self.engine, readonly=True) as conn:
+            rows = (await conn.execute(q.list_all())).mappings().all()
+        return [ActorConfigRow.from_mapping(r) for r in rows]
+
+    async def set(
+        self,
+        actor: str,
+        *,
+        queue: str | None = None,
+        max_concurrent: int | None = UNSET,
+        max_pending: int | None = UNSET,
+        result_ttl_s: float | None = UNSET,
+    ) -> ActorConfigRow:
+        """Overwrite the given fields (``None`` clears one); create the row if missing.
+
+        Idempotent. ``queue`` defaults to the declared actor's queue, else the stored one.
+        """
+        values: dict[str, Any] = {}
+        for name, value in (("max_concurrent", max_concurrent), ("max_pending", max_pending)):
+            if value is not UNSET:
+                if value is not None and (
+                    isinstance(value, bool) or not isinstance(value, int) or value < 0
+                ):
+                    raise ValueError(f"{name} must be None or an int >= 0, got {value!r}")
+                values[name] = value
+        if result_ttl_s is not UNSET:
+            if result_ttl_s is not None and not result_ttl_s > 0:
+                raise ValueError("result_ttl_s must be None or > 0")
+            values["result_ttl_s"] = result_ttl_s
+        async with transaction(self.engine) as conn:
+            if queue is None:
+                existing = (await conn.execute(q.get(actor))).mappings().first()
+                if existing is not None:
+                    queue = str(existing["queue"])
+                else:
+                    try:
+                        queue = get_actor(actor).queue
+                    except LookupError:
+                        queue = "default"
+            else:
+                values["queue"] = queue
+            stmt = q.upsert(conn.dialect.name, actor, queue, values)
+            row = (await conn.execute(stmt)).mappings().one()
+        return ActorConfigRow.from_mapping(row)
+
+    async def diff(self, actors: Iterable[ActorRef[Any, Any]]) -> builtins.list[ActorConfigDiff]:
+        """Per actor and seed-only field: the literal, the stored value, which is enforced."""
+        out: builtins.list[ActorConfigDiff] = []
+        for ref in actors:
+            out.extend(_diff(ref, await self.get(ref.name)))
+        return out
+
+    async def deregister(
+        self, actor: str, *, force: bool = False, purge_queue: bool = False
+    ) -> DeregisterResult:
+        """Delete the actor's row; see the actors page for the refusals and ``force``.
+
+        Without ``force``: refuses on active jobs or enabled schedules. With ``force``:
+        still refuses on running jobs, cancels pending/scheduled ones
+        (``error_class='ActorDeregistered'``) and disables schedules. History stays.
+        """
+        async with transaction(self.engine) as conn:
+            dialect = conn.dialect.name
+            row = (
+                (await conn.execute(q.get(actor, for_update=dialect == "postgresql")))
+                .mappings()
+                .first()
+            )
+            if row is None:
+                raise ActorNotFoundError(actor)
+            counts = {str(s): int(n) for s, n in (await conn.execute(q.status_counts(actor))).all()}
+            schedules = [str(s) for s in (await conn.execute(q.enabled_schedules(actor))).scalars()]
+            active = sum(counts.values())
+            if active and (not force or counts.get("running", 0)):
+                raise ActorHasActiveJobsError(actor, active, counts)
+            if schedules and not force:
+                raise ActorHasEnabledSchedulesError(actor, schedules)
+            cancelled = disabled = 0
+            if force:
+                cancelled = (await conn.execute(q.cancel_queued_jobs(dialect, actor))).rowcount
+                disabled = (await conn.execute(q.disable_schedules(dialect, actor))).rowcount
+            await conn.execute(q.delete_config(actor))
+            terminal = int((await conn.execute(q.count_terminal(actor))).scalar_one())
+            purged = False
+            if purge_queue:
+                purged = (
+                    await conn.execute(q.delete_queue_if_unshared(str(row["queue"])))
+                ).rowcount > 0
+        return DeregisterResult(
+            actor=actor,
+            queue=str(row["queue"]),
+            actor_config_deleted=True,
+            schedules_disabled=disabled,
+            jobs_cancelled=cancelled,
+            terminal_jobs_remaining=terminal,
+            queue_purged=purged,
+        )

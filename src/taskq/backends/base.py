@@ -1,0 +1,49 @@
+"""The :class:`Backend` protocol: what a job store offers the producer-side clients.
+
+``SqlBackend`` (Postgres and SQLite through SQLAlchemy) and ``InMemoryBackend`` (tests)
+implement it; ``JobsClient`` talks only to this protocol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+from uuid import UUID
+
+from taskq.records import AttemptRecord, EnqueueOutcome, EnqueueRequest, JobRecord
+
+__all__ = ["Backend"]
+
+
+class Backend(Protocol):
+    """A job store. Enqueue applies the actors page's checks in order:
+
+    ``unique_for`` dedup → singleton pre-flight → ``max_pending`` → idempotency upsert →
+    insert. ``connection`` (SQL backends only) runs the enqueue inside the caller's open
+    transaction, so a rollback leaves no job.
+    """
+
+    async def enqueue(
+        self, requests: Sequence[EnqueueRequest], *, connection: Any = None
+    ) -> list[EnqueueOutcome]:
+        """Apply every request (all or nothing) and say what each one did."""
+        ...
+
+    async def get_job(self, job_id: UUID) -> JobRecord | None:
+        """The job's current row, or ``None``."""
+        ...
+
+    async def get_attempts(self, job_id: UUID) -> list[AttemptRecord]:
+        """The job's attempts, oldest first."""
+        ...
+
+    async def cancel_job(self, job_id: UUID) -> JobRecord | None:
+        """Request cancellation; ``None`` when the job does not exist."""
+        ...
+
+    async def wait_for(self, job_id: UUID, timeout: float | None) -> JobRecord | None:  # noqa: ASYNC109
+        """Block until the job is terminal (or ``timeout`` seconds pass); return its row.
+
+        Returns the last-seen (non-terminal) row on timeout, ``None`` if it does not exist.
+        """
+        ...

@@ -1,0 +1,107 @@
+"""``JobHandle[R]``: a reference to one enqueued job, and the way to wait for its result."""
+
+from __future__ import annotations
+
+from typing import Generic, TypeVar, cast
+from uuid import UUID
+
+from pydantic import TypeAdapter
+
+from taskq.backends.base import Backend
+from taskq.exceptions import JobCancelledError, JobFailedError, JobNotFoundError, WaitTimeout
+from taskq.records import AttemptRecord, JobRecord
+
+__all__ = ["JobHandle"]
+
+R = TypeVar("R")
+
+
+class JobHandle(Generic[R]):
+    """A job in the store. ``wait()`` returns its typed result or raises its failure.
+
+    ``was_existing`` is True when the enqueue deduplicated onto (or idempotently matched)
+    a job that was already there; ``deduplicated_onto_terminal`` when that job had
+    already finished. Handles from ``ctx.jobs.enqueue`` are unbound: only ``wait()`` and
+    ``job_id`` work on them.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        job_id: UUID,
+        *,
+        result_adapter: TypeAdapter[R] | None = None,
+        record: JobRecord | None = None,
+        was_existing: bool = False,
+        deduplicated_onto_terminal: bool = False,
+        bound: bool = True,
+    ) -> None:
+        self._backend = backend
+        self.job_id = job_id
+        self.result_adapter = result_adapter
+        self.record = record
+        self.was_existing = was_existing
+        self.deduplicated_onto_terminal = deduplicated_onto_terminal
+        self._bound = bound
+
+    def __repr__(self) -> str:
+        return f"<JobHandle {self.job_id} was_existing={self.was_existing}>"
+
+    def _require_client(self, method: str) -> None:
+        if not self._bound:
+            raise RuntimeError(
+                f"JobHandle.{method}() needs a client: this handle came from ctx.jobs.enqueue(); "
+                "use JobsClient.get(job_id) from application code"
+            )
+
+    async def refresh(self) -> JobRecord:
+        """Re-read the row; ``JobNotFoundError`` if it is gone."""
+        self._require_client("refresh")
+        record = await self._backend.get_job(self.job_id)
+        if record is None:
+            raise JobNotFoundError(self.job_id)
+        self.record = record
+        return record
+
+    async def status(self) -> str:
+        """The job's current status (re-read from the store)."""
+        self._require_client("status")
+        return (await self.refresh()).status
+
+    async def attempts(self) -> list[AttemptRecord]:
+        """Every attempt so far, oldest first."""
+        self._require_client("attempts")
+        return await self._backend.get_attempts(self.job_id)
+
+    async def cancel(self) -> JobRecord:
+        """Cancel the job (pending/scheduled: at once; running: the worker is told)."""
+        self._require_client("cancel")
+        record = await self._backend.cancel_job(self.job_id)
+        if record is None:
+            raise JobNotFoundError(self.job_id)
+        self.record = record
+        return record
+
+    async def wait(self, timeout: float | None = None) -> R:  # noqa: ASYNC109
+        """Wait until the job finishes; return its result (typed by the actor's ``R``).
+
+        Raises ``JobCancelledError`` if it was cancelled, ``JobFailedError`` for any other
+        unsuccessful end, ``WaitTimeout`` after ``timeout`` seconds, ``JobNotFoundError``
+        if the row does not exist.
+        """
+        record = await self._backend.wait_for(self.job_id, timeout)
+        if record is None:
+            raise JobNotFoundError(self.job_id)
+        self.record = record
+        if not record.is_terminal:
+            raise WaitTimeout(self.job_id, timeout if timeout is not None else 0.0)
+        return self._outcome(record)
+
+    def _outcome(self, record: JobRecord) -> R:
+        if record.status == "succeeded":
+            if self.result_adapter is None:
+                return cast("R", record.result)
+            return self.result_adapter.validate_python(record.result)
+        if record.status == "cancelled":
+            raise JobCancelledError(record.id, record.status, record.error_class, record.error)
+        raise JobFailedError(record.id, record.status, record.error_class, record.error)

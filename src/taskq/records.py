@@ -1,0 +1,292 @@
+"""Plain values passed between the client, the backends and the worker.
+
+An :class:`EnqueueRequest` is a fully validated enqueue (payload already serialised,
+options resolved against the actor); a :class:`JobRecord` is a snapshot of one job row.
+Pure: the async and the generated sync code share these.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+import structlog
+
+from taskq._ids import new_job_id
+from taskq.constants import (
+    MAX_NAME_LENGTH,
+    SMALLINT_MAX,
+    SMALLINT_MIN,
+    TERMINAL_STATUSES,
+    validate_queue_name,
+)
+
+if TYPE_CHECKING:
+    from taskq.actor import ActorRef
+
+__all__ = ["AttemptRecord", "EnqueueArgs", "EnqueueOutcome", "EnqueueRequest", "JobRecord", "build_request"]
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueRequest:
+    """One job to insert, with every check the backend must apply in order.
+
+    ``unique_for``/``unique_states`` apply only with an ``identity_key``. ``max_pending``
+    is the actor's literal; the backend resolves the effective limit against the stored
+    ``actor_config.max_pending``. ``scheduled_at=None`` means "now, on the store's clock".
+    """
+
+    job_id: UUID
+    actor: str
+    queue: str
+    payload: dict[str, Any]
+    priority: int = 0
+    scheduled_at: datetime | None = None
+    identity_key: str | None = None
+    idempotency_key: str | None = None
+    singleton: bool = False
+    tags: list[str] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    max_attempts: int | None = None
+    start_to_close_s: float | None = None
+    schedule_to_close_s: float | None = None
+    unique_for: timedelta | None = None
+    unique_states: tuple[str, ...] = ()
+    max_pending: int | None = None
+    trace_context: dict[str, str] | None = None
+    parent_job_id: UUID | None = None
+
+    @property
+    def plain(self) -> bool:
+        """True when no check needs a read first: the insert is the whole enqueue."""
+        return (
+            not (self.unique_for and self.identity_key)
+            and not self.singleton
+            and self.idempotency_key is None
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """A snapshot of one ``jobs`` row."""
+
+    id: UUID
+    actor: str
+    queue: str
+    status: str
+    payload: dict[str, Any]
+    result: Any
+    priority: int
+    attempt: int
+    budget_used: int
+    max_attempts: int | None
+    scheduled_at: datetime
+    identity_key: str | None
+    idempotency_key: str | None
+    singleton: bool
+    tags: list[str]
+    metadata: dict[str, Any]
+    error_class: str | None
+    error: str | None
+    cancel_phase: int
+    cancel_requested_at: datetime | None
+    progress: Any
+    start_to_close_s: float | None
+    schedule_to_close_s: float | None
+    deadline_at: datetime | None
+    parent_job_id: UUID | None
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    @property
+    def is_terminal(self) -> bool:
+        """True once the job can no longer change status."""
+        return self.status in TERMINAL_STATUSES
+
+    @classmethod
+    def from_mapping(cls, row: Mapping[Any, Any]) -> JobRecord:
+        """Build from a result row's mapping (extra columns are ignored)."""
+        return cls(**{name: row[name] for name in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    """A snapshot of one ``job_attempts`` row."""
+
+    job_id: UUID
+    attempt: int
+    worker_id: UUID | None
+    outcome: str
+    error_class: str | None
+    error: str | None
+    started_at: datetime
+    finished_at: datetime | None
+
+    @classmethod
+    def from_mapping(cls, row: Mapping[Any, Any]) -> AttemptRecord:
+        """Build from a result row's mapping."""
+        return cls(**{name: row[name] for name in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueOutcome:
+    """What an enqueue did: the job it points at and whether that job already existed."""
+
+    record: JobRecord
+    was_existing: bool = False
+
+    @property
+    def deduplicated_onto_terminal(self) -> bool:
+        """True when the enqueue was deduplicated onto a job that had already finished."""
+        return self.was_existing and self.record.is_terminal
+
+
+_log = structlog.get_logger("taskq.enqueue")
+_warned_unique_ignored: set[str] = set()
+
+
+def warn_unique_for_ignored(actor: str) -> None:
+    """Log ``actor_config_unique_for_ignored`` once per actor per process."""
+    if actor not in _warned_unique_ignored:
+        _warned_unique_ignored.add(actor)
+        _log.warning(
+            "actor_config_unique_for_ignored",
+            actor=actor,
+            hint="unique_for has no effect without identity_key; a new job is created every time",
+        )
+
+
+def _key(value: object, what: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, got {type(value).__name__}")
+    if not value or len(value) > MAX_NAME_LENGTH:
+        raise ValueError(f"{what} must be 1..{MAX_NAME_LENGTH} characters, got {len(value)}")
+    return value
+
+
+def _seconds(value: object, what: str) -> float | None:
+    if value is None:
+        return None
+    if not isinstance(value, timedelta):
+        raise TypeError(f"{what} must be a timedelta or None")
+    if value <= timedelta(0):
+        raise ValueError(f"{what} must be > 0")
+    return value.total_seconds()
+
+
+def _trace_context() -> dict[str, str] | None:
+    try:
+        from opentelemetry.propagate import inject
+    except ImportError:  # pragma: no cover - the otel extra is optional
+        return None
+    carrier: dict[str, str] = {}
+    inject(carrier)
+    return carrier or None
+
+
+def build_request(
+    ref: ActorRef[Any, Any],
+    payload: object,
+    *,
+    queue: str | None = None,
+    priority: int | None = None,
+    scheduled_at: datetime | None = None,
+    delay: timedelta | None = None,
+    identity_key: str | None = None,
+    idempotency_key: str | None = None,
+    tags: Sequence[str] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    start_to_close: timedelta | None = None,
+    schedule_to_close: timedelta | None = None,
+    default_start_to_close: timedelta | None = None,
+    now: datetime | None = None,
+    parent_job_id: UUID | None = None,
+    unique_for: timedelta | None = None,
+    max_pending: int | None = None,
+) -> EnqueueRequest:
+    """Validate one enqueue against its actor and resolve every option.
+
+    Raises before anything is written: ``PayloadValidationError`` for the payload,
+    ``ValueError``/``TypeError`` for an option (naming it). ``unique_for``/``max_pending``
+    here are per-call overrides (sub-job enqueues); ``None`` keeps the actor's.
+    """
+    body = ref.dump_payload(payload)
+    queue = validate_queue_name(queue) if queue is not None else ref.queue
+    prio = ref.priority if priority is None else priority
+    if isinstance(prio, bool) or not isinstance(prio, int):
+        raise TypeError("priority must be an int")
+    if not SMALLINT_MIN <= prio <= SMALLINT_MAX:
+        raise ValueError(f"priority must be in {SMALLINT_MIN}..{SMALLINT_MAX}, got {prio}")
+    if delay is not None and scheduled_at is not None:
+        raise ValueError("pass either delay= or scheduled_at=, not both")
+    if delay is not None:
+        if not isinstance(delay, timedelta) or delay < timedelta(0):
+            raise ValueError("delay must be a timedelta >= 0")
+        scheduled_at = (now or datetime.now(UTC)) + delay if delay else None
+    if scheduled_at is not None:
+        if not isinstance(scheduled_at, datetime) or scheduled_at.tzinfo is None:
+            raise ValueError("scheduled_at must be an aware datetime")
+        scheduled_at = scheduled_at.astimezone(UTC)
+    tag_list = list(tags or [])
+    for tag in tag_list:
+        _key(tag, "tag")
+    meta = dict(metadata or {})
+    if ref.singleton:
+        meta["singleton"] = True
+    try:
+        json.dumps(meta)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"metadata must be JSON-serialisable: {exc}") from exc
+    policy = ref.retry
+    max_attempts = (
+        policy.max_attempts
+        if policy.kind == "transient"
+        else (1 if policy.kind == "non_retryable" else None)
+    )
+    stc = _seconds(start_to_close, "start_to_close")
+    if stc is None:
+        stc = _seconds(ref.start_to_close or default_start_to_close, "start_to_close")
+    window = unique_for if unique_for is not None else ref.unique_for
+    if window is not None and identity_key is None:
+        warn_unique_for_ignored(ref.name)
+    return EnqueueRequest(
+        job_id=new_job_id(),
+        actor=ref.name,
+        queue=queue,
+        payload=body,
+        priority=prio,
+        scheduled_at=scheduled_at,
+        identity_key=_key(identity_key, "identity_key"),
+        idempotency_key=_key(idempotency_key, "idempotency_key"),
+        singleton=ref.singleton,
+        tags=tag_list,
+        metadata=meta,
+        max_attempts=max_attempts,
+        start_to_close_s=stc,
+        schedule_to_close_s=_seconds(schedule_to_close, "schedule_to_close"),
+        unique_for=window,
+        unique_states=tuple(ref.unique_states),
+        max_pending=max_pending if max_pending is not None else ref.max_pending,
+        trace_context=_trace_context(),
+        parent_job_id=parent_job_id,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueArgs:
+    """One item of ``enqueue_many``: an actor, its payload and per-job enqueue options.
+
+    ``SubEnqueueError.failed_items`` carries these too, so a lost sub-job can be re-enqueued.
+    """
+
+    actor: Any
+    payload: Any
+    options: dict[str, Any] = field(default_factory=dict)
