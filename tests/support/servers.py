@@ -516,11 +516,19 @@ def sweep() -> list[int]:
 
 
 def _is_our_server(pid: int, data: dict[str, object]) -> bool:
+    """True when ``pid`` is the recorded server, not a process that reused its pid.
+
+    Both servers change their working directory into the runtime dir (PostgreSQL into
+    its data dir, Redis into ``--dir``); Redis also rewrites its command line to
+    ``redis-server 127.0.0.1:PORT``, so the working directory is the reliable mark.
+    """
+    rundir = str(data["rundir"])
     try:
+        cwd = os.readlink(f"/proc/{pid}/cwd")
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return False
-    return str(data["rundir"]) in cmdline or f"--port {data['port']}" in cmdline
+    return cwd == rundir or cwd.startswith(rundir + "/") or rundir in cmdline
 
 
 def install_cleanup_handlers() -> None:
