@@ -37,6 +37,13 @@ MODULES: tuple[str, ...] = (
     "db/__init__.py",
     "db/engine.py",
     "db/migrate.py",
+    "ratelimit/__init__.py",
+    "ratelimit/_redis_utils.py",
+    "ratelimit/_sql.py",
+    "ratelimit/token_bucket.py",
+    "ratelimit/sliding_window.py",
+    "ratelimit/reservation.py",
+    "ratelimit/registry.py",
 )
 
 #: Every name the transform renames, in identifiers, attributes and imports alike.
@@ -48,6 +55,8 @@ RENAMES: dict[str, str] = {
     "AsyncResult": "Result",
     "create_async_engine": "create_engine",
     "async_url": "sync_url",
+    # redis-py
+    "AsyncScript": "Script",
     # typing / contextlib / builtins
     "AsyncIterator": "Iterator",
     "AsyncIterable": "Iterable",

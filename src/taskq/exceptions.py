@@ -25,6 +25,7 @@ __all__ = [
     "MissingProvider",
     "PayloadValidationError",
     "ProgressTooLarge",
+    "RedisExtraMissing",
     "RedisUnavailableError",
     "ReservationUnavailable",
     "RetryAfter",
@@ -254,3 +255,11 @@ class RetryAfter(TaskQError):
         self.delay = delay
         self.consume_budget = consume_budget
         super().__init__(f"retry after {delay}")
+
+
+class RedisExtraMissing(RedisUnavailableError, ImportError):
+    """A ``"redis"`` rate-limit backend was used but the ``redis`` package is not installed.
+
+    Both a ``RedisUnavailableError`` and an ``ImportError``; the message says to install
+    ``taskq-py[redis]``.
+    """

@@ -1,0 +1,182 @@
+"""In-process state of the ``"memory"`` backend, one object per primitive.
+
+Every operation is a short synchronous critical section under a ``threading.Lock``: it
+never awaits, so the same lock protects it from other threads (the sync facade under a
+threaded WSGI server) and is never held across an event-loop switch.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import deque
+from dataclasses import dataclass
+from uuid import UUID
+
+from taskq.ratelimit._algorithms import GcraResult, TokenResult, gcra_step, log_decide, tb_step
+
+__all__ = ["MemoryGcra", "MemoryLog", "MemoryReservation", "MemoryTokenBucket", "SlotHolder"]
+
+
+class MemoryTokenBucket:
+    """Tokens and the time they were counted at; ``None`` means full."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tokens: float | None = None
+        self._ts: int | None = None
+
+    def step(
+        self, now_us: int, *, capacity: float, rate: float, count: float, consume: bool
+    ) -> TokenResult:
+        """Refill and (when ``consume``) take ``count`` tokens atomically."""
+        with self._lock:
+            result = tb_step(
+                self._tokens,
+                self._ts,
+                now_us,
+                capacity=capacity,
+                rate=rate,
+                count=count,
+                consume=consume,
+            )
+            if consume:
+                self._tokens, self._ts = result.tokens, result.ts_us
+            return result
+
+    def refund(self, now_us: int, *, capacity: float, rate: float, count: float) -> None:
+        """Give ``count`` tokens back, never above ``capacity``."""
+        with self._lock:
+            now = tb_step(
+                self._tokens,
+                self._ts,
+                now_us,
+                capacity=capacity,
+                rate=rate,
+                count=0.0,
+                consume=False,
+            )
+            self._tokens, self._ts = min(capacity, now.tokens + count), now.ts_us
+
+    def reset(self) -> None:
+        """Back to full."""
+        with self._lock:
+            self._tokens = self._ts = None
+
+    def consumed(self, capacity: float) -> bool:
+        """True when some of the quota has been taken and not yet given back."""
+        with self._lock:
+            return self._tokens is not None and self._tokens < capacity
+
+
+class MemoryGcra:
+    """A single theoretical arrival time."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tat: float | None = None
+
+    def step(self, now_us: int, *, limit: int, window_us: int, consume: bool) -> GcraResult:
+        """One GCRA decision; stores the new TAT when allowed and ``consume``."""
+        with self._lock:
+            result = gcra_step(self._tat, now_us, limit=limit, window_us=window_us, consume=consume)
+            if consume and result.allowed:
+                self._tat = result.tat_us
+            return result
+
+    def reset(self) -> None:
+        """Forget the TAT."""
+        with self._lock:
+            self._tat = None
+
+
+class MemoryLog:
+    """Timestamps (microseconds) of accepted requests, oldest first."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: deque[tuple[int, str]] = deque()
+
+    def step(
+        self, now_us: int, *, limit: int, window_us: int, consume: bool
+    ) -> tuple[bool, float, float, str | None]:
+        """Evict, count, maybe record; returns ``(allowed, remaining, retry_us, request_id)``."""
+        with self._lock:
+            cutoff = now_us - window_us
+            inside = [e for e in self._entries if e[0] > cutoff]
+            if consume:
+                self._entries = deque(inside)
+            oldest = min((e[0] for e in inside), default=None)
+            allowed, remaining, retry = log_decide(
+                len(inside), oldest, now_us, limit=limit, window_us=window_us
+            )
+            if not consume:
+                return allowed, float(limit - len(inside)) if allowed else 0.0, retry, None
+            request_id = None
+            if allowed:
+                request_id = str(uuid.uuid4())
+                self._entries.append((now_us, request_id))
+            return allowed, remaining, retry, request_id
+
+    def reset(self) -> None:
+        """Drop every entry."""
+        with self._lock:
+            self._entries.clear()
+
+
+@dataclass(slots=True)
+class SlotHolder:
+    """Who holds an in-memory reservation slot, and until when (microseconds)."""
+
+    job_id: UUID | None
+    worker_id: UUID
+    lease_expires_us: int
+
+
+class MemoryReservation:
+    """``slots`` leased slots; a lapsed lease frees its slot."""
+
+    def __init__(self, slots: int) -> None:
+        self._lock = threading.Lock()
+        self._holders: list[SlotHolder | None] = [None] * slots
+
+    def acquire(
+        self, now_us: int, lease_us: int, job_id: UUID | None, worker_id: UUID
+    ) -> tuple[int | None, int]:
+        """Take the lowest free slot: ``(slot_index, 0)``, or ``(None, wait_us)`` when full."""
+        with self._lock:
+            for index, holder in enumerate(self._holders):
+                if holder is None or holder.lease_expires_us <= now_us:
+                    self._holders[index] = SlotHolder(job_id, worker_id, now_us + lease_us)
+                    return index, 0
+            soonest = min(h.lease_expires_us for h in self._holders if h is not None)
+            return None, max(0, soonest - now_us)
+
+    def release(self, slot_index: int, worker_id: UUID) -> bool:
+        """Free the slot if ``worker_id`` holds it; False (and nothing changes) otherwise."""
+        with self._lock:
+            if not 0 <= slot_index < len(self._holders):
+                return False
+            holder = self._holders[slot_index]
+            if holder is None or holder.worker_id != worker_id:
+                return False
+            self._holders[slot_index] = None
+            return True
+
+    def renew(self, slot_index: int, worker_id: UUID, now_us: int, lease_us: int) -> bool:
+        """Extend the lease of a slot ``worker_id`` holds."""
+        with self._lock:
+            holder = self._holders[slot_index] if 0 <= slot_index < len(self._holders) else None
+            if holder is None or holder.worker_id != worker_id:
+                return False
+            holder.lease_expires_us = now_us + lease_us
+            return True
+
+    def held(self, now_us: int) -> list[tuple[int, SlotHolder]]:
+        """Slots whose lease has not lapsed."""
+        with self._lock:
+            return [
+                (i, h)
+                for i, h in enumerate(self._holders)
+                if h is not None and h.lease_expires_us > now_us
+            ]

@@ -1,0 +1,270 @@
+"""``SlidingWindow``: at most ``limit`` requests in any rolling ``window``.
+
+``style="log"`` keeps one entry per accepted request (exact; refundable on Redis by
+``ZREM``); ``style="gcra"`` keeps a single theoretical arrival time (constant memory).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Literal
+from uuid import uuid4
+
+from taskq.constants import validate_name
+from taskq.ratelimit import _redis_utils as rru
+from taskq.ratelimit import _sql
+from taskq.ratelimit._algorithms import EPOCH_UNIX_S, gcra_step, log_decide, redis_ttl_seconds
+from taskq.ratelimit._common import decision, memory_now_us, require_engine, retry
+from taskq.ratelimit._lua import GCRA_LUA, LOG_LUA, redis_key
+from taskq.ratelimit._memory import MemoryGcra, MemoryLog
+from taskq.ratelimit.decision import RateLimitDecision, RateLimitState, SlidingWindowStyle
+from taskq.ratelimit.refs import validate_backend
+from taskq.settings import TaskQSettings
+from taskq.testing.clock import Clock
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+__all__ = ["SlidingWindow"]
+
+_log = logging.getLogger("taskq.ratelimit")
+_US = timedelta(microseconds=1)
+
+
+class SlidingWindow:
+    """A rolling-window limiter: ``limit`` requests per ``window``."""
+
+    def __init__(
+        self,
+        name: str,
+        limit: int,
+        window: timedelta,
+        backend: Literal["redis", "postgres", "memory"] = "redis",
+        style: SlidingWindowStyle = "log",
+        ttl: timedelta | None = None,
+    ) -> None:
+        self.name = validate_name(name, kind="rate limit")
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise TypeError(f"limit must be an int, got {type(limit).__name__}")
+        if limit < 1:
+            raise ValueError(f"limit must be >= 1, got {limit}")
+        if not isinstance(window, timedelta):
+            raise TypeError("window must be a timedelta")
+        if window <= timedelta(0) or window // _US == 0:
+            raise ValueError(f"window must be > timedelta(0), got {window!r}")
+        if style not in ("log", "gcra"):
+            raise ValueError(f'style must be "log" or "gcra", got {style!r}')
+        if ttl is not None and not isinstance(ttl, timedelta):
+            raise TypeError("ttl must be a timedelta or None")
+        self.limit = limit
+        self.window = window
+        self.window_us = window // _US
+        self.backend = validate_backend(backend)
+        self.style: SlidingWindowStyle = style
+        self.ttl = ttl
+        self.redis_key = redis_key(self.name, style)
+        self._gcra = MemoryGcra()
+        self._log = MemoryLog()
+
+    def __repr__(self) -> str:
+        return (
+            f"SlidingWindow({self.name!r}, limit={self.limit}, window={self.window!r}, "
+            f"backend={self.backend!r}, style={self.style!r})"
+        )
+
+    @property
+    def config(self) -> tuple[Any, ...]:
+        """What makes two instances the same limiter (registry idempotency compares it)."""
+        return (
+            "sliding_window",
+            self.name,
+            self.limit,
+            self.window,
+            self.backend,
+            self.style,
+            self.ttl,
+        )
+
+    @property
+    def ttl_seconds(self) -> int:
+        """Redis key TTL: ``2 * window + 60`` s for log, ``window + 60`` s for GCRA."""
+        window_s = self.window.total_seconds()
+        default = (2 * window_s if self.style == "log" else window_s) + 60
+        return redis_ttl_seconds(default, self.ttl)
+
+    def memory_quota_consumed(self) -> bool:
+        """Sliding windows always recover on their own, so they are always evictable."""
+        return False
+
+    async def _redis(self, client: Redis, mode: str, request_id: str = "") -> list[Any]:
+        lua = LOG_LUA if self.style == "log" else GCRA_LUA
+        args = [EPOCH_UNIX_S, self.limit, self.window_us, self.ttl_seconds, mode]
+        if self.style == "log":
+            args.append(request_id)
+        return await rru.run_script(client, lua, self.redis_key, args)
+
+    async def _postgres(self, engine: AsyncEngine) -> RateLimitDecision:
+        if self.style == "gcra":
+            allowed, remaining, retry_us = await _sql.sql_gcra(
+                engine, self.name, limit=self.limit, window_us=self.window_us
+            )
+            return decision(self.name, "postgres", allowed, remaining, retry_us)
+        allowed, remaining, retry_us, request_id = await _sql.sql_log(
+            engine, self.name, limit=self.limit, window_us=self.window_us
+        )
+        return decision(self.name, "postgres", allowed, remaining, retry_us, request_id)
+
+    async def acquire(
+        self,
+        *,
+        redis_client: Redis | None = None,
+        pg_pool: AsyncEngine | None = None,
+        clock: Clock | None = None,
+        settings: TaskQSettings | None = None,
+    ) -> RateLimitDecision:
+        """Try to admit one request now.
+
+        ``clock`` drives the memory backend only (``RuntimeError`` there without it).
+        """
+        if self.backend == "memory":
+            now_us = memory_now_us(clock, self.name)
+            if self.style == "gcra":
+                g = self._gcra.step(
+                    now_us, limit=self.limit, window_us=self.window_us, consume=True
+                )
+                return decision(self.name, "memory", g.allowed, g.remaining, g.retry_after_us)
+            ok, remaining, retry_us, rid = self._log.step(
+                now_us, limit=self.limit, window_us=self.window_us, consume=True
+            )
+            return decision(self.name, "memory", ok, remaining, retry_us, rid)
+        if self.backend == "postgres":
+            return await self._postgres(require_engine(pg_pool, self.name))
+        client = rru.require_redis(redis_client, self.name)
+        request_id = str(uuid4()) if self.style == "log" else ""
+        try:
+            ok, remaining, retry_us = await self._redis(client, "acquire", request_id)
+        except rru.redis_down_errors() as exc:
+            engine = rru.fallback_engine(self.name, exc, pg_pool, settings)
+            if engine is None:
+                raise
+            return await self._postgres(engine)
+        return decision(
+            self.name, "redis", bool(int(ok)), float(remaining), float(retry_us), request_id or None
+        )
+
+    async def refund(
+        self,
+        decision: RateLimitDecision,
+        *,
+        count: float = 1.0,
+        redis_client: Redis | None = None,
+        pg_pool: AsyncEngine | None = None,
+        clock: Clock | None = None,
+        settings: TaskQSettings | None = None,
+    ) -> None:
+        """Undo an allowed log-style Redis decision (``ZREM`` of its ``request_id``).
+
+        Every other case is a no-op: GCRA keeps no per-request state, the memory log does
+        not support refunds, and a Postgres refund only logs a warning. ``count`` is
+        accepted for symmetry with ``TokenBucket.refund``; one decision is one request.
+        """
+        if not decision.allowed or decision.request_id is None or self.style != "log":
+            return
+        if decision.backend == "redis":
+            client = rru.require_redis(redis_client, self.name)
+            await client.zrem(self.redis_key, decision.request_id)
+        elif decision.backend == "postgres":
+            _log.warning("ratelimit.refund_noop bucket=%s backend=postgres", self.name)
+
+    async def peek(
+        self,
+        *,
+        redis_client: Redis | None = None,
+        pg_pool: AsyncEngine | None = None,
+        clock: Clock | None = None,
+        settings: TaskQSettings | None = None,
+    ) -> RateLimitState:
+        """How many more requests the window would admit now, consuming nothing."""
+        if self.backend == "memory":
+            now_us = memory_now_us(clock, self.name)
+            if self.style == "gcra":
+                g = self._gcra.step(
+                    now_us, limit=self.limit, window_us=self.window_us, consume=False
+                )
+                return self._state("memory", g.remaining, g.retry_after_us)
+            _, remaining, retry_us, _ = self._log.step(
+                now_us, limit=self.limit, window_us=self.window_us, consume=False
+            )
+            return self._state("memory", remaining, retry_us)
+        if self.backend == "postgres":
+            return await self._peek_postgres(require_engine(pg_pool, self.name))
+        client = rru.require_redis(redis_client, self.name)
+        try:
+            _, remaining, retry_us = await self._redis(client, "peek")
+        except rru.redis_down_errors() as exc:
+            engine = rru.fallback_engine(self.name, exc, pg_pool, settings)
+            if engine is None:
+                raise
+            return await self._peek_postgres(engine)
+        return self._state("redis", float(remaining), float(retry_us))
+
+    async def _peek_postgres(self, engine: AsyncEngine) -> RateLimitState:
+        if self.style == "gcra":
+            kind, tat, _, now_us = await _sql.sql_read(engine, self.name)
+            g = gcra_step(
+                tat if kind == "gcra" else None,
+                now_us,
+                limit=self.limit,
+                window_us=self.window_us,
+                consume=False,
+            )
+            return self._state("postgres", g.remaining, g.retry_after_us)
+        count, oldest, now_us = await _sql.sql_window_count(engine, self.name, self.window_us)
+        allowed, _, retry_us = log_decide(
+            count, oldest, now_us, limit=self.limit, window_us=self.window_us
+        )
+        return self._state("postgres", float(self.limit - count) if allowed else 0.0, retry_us)
+
+    def _state(
+        self, backend: Literal["redis", "postgres", "memory"], remaining: float, retry_us: float
+    ) -> RateLimitState:
+        exhausted = remaining < 1
+        return RateLimitState(
+            bucket_name=self.name,
+            backend=backend,
+            is_exhausted=exhausted,
+            tokens_remaining=remaining,
+            remaining=remaining,
+            retry_after=retry(retry_us if exhausted else 0.0),
+            capacity=None,
+            limit=self.limit,
+            window=self.window,
+            style=self.style,
+            refill_per_second=None,
+        )
+
+    async def reset(
+        self,
+        *,
+        redis_client: Redis | None = None,
+        pg_pool: AsyncEngine | None = None,
+        clock: Clock | None = None,
+        settings: TaskQSettings | None = None,
+    ) -> None:
+        """Forget every request (idempotent): Redis ``DEL``, Postgres ``DELETE``."""
+        if self.backend == "memory":
+            self._gcra.reset()
+            self._log.reset()
+        elif self.backend == "postgres":
+            await _sql.sql_reset(require_engine(pg_pool, self.name), self.name)
+        else:
+            client = rru.require_redis(redis_client, self.name)
+            try:
+                await client.delete(self.redis_key)
+            except rru.redis_down_errors() as exc:
+                engine = rru.fallback_engine(self.name, exc, pg_pool, settings)
+                if engine is None:
+                    raise
+                await _sql.sql_reset(engine, self.name)

@@ -1,0 +1,285 @@
+"""``TokenBucket``: throughput with burst tolerance, on Redis, Postgres/SQLite or memory."""
+
+from __future__ import annotations
+
+import logging
+import math
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+from taskq.constants import validate_name
+from taskq.ratelimit import _redis_utils as rru
+from taskq.ratelimit import _sql
+from taskq.ratelimit._algorithms import EPOCH_UNIX_S, redis_ttl_seconds, tb_step
+from taskq.ratelimit._common import (
+    check_count,
+    check_number,
+    decision,
+    memory_now_us,
+    require_engine,
+    retry,
+)
+from taskq.ratelimit._lua import TOKEN_BUCKET_LUA, redis_key
+from taskq.ratelimit._memory import MemoryTokenBucket
+from taskq.ratelimit.decision import RateLimitDecision, RateLimitState
+from taskq.ratelimit.refs import validate_backend
+from taskq.settings import TaskQSettings
+from taskq.testing.clock import Clock
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+__all__ = ["TokenBucket"]
+
+_log = logging.getLogger("taskq.ratelimit")
+
+
+class TokenBucket:
+    """A bucket of ``capacity`` tokens refilled continuously at ``refill_per_second``.
+
+    It starts full; each ``acquire`` takes ``count`` tokens. ``refill_per_second=0`` is a
+    fixed quota that never refills (denials then carry ``retry_after=None``).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        capacity: float,
+        refill_per_second: float,
+        backend: Literal["redis", "postgres", "memory"] = "redis",
+        ttl: timedelta | None = None,
+    ) -> None:
+        self.name = validate_name(name, kind="rate limit")
+        self.capacity = check_number(capacity, "capacity", minimum=0, strict=True)
+        self.refill_per_second = check_number(
+            refill_per_second, "refill_per_second", minimum=0, strict=False
+        )
+        self.backend = validate_backend(backend)
+        if ttl is not None and not isinstance(ttl, timedelta):
+            raise TypeError("ttl must be a timedelta or None")
+        self.ttl = ttl
+        self.redis_key = redis_key(self.name, "tb")
+        self._memory = MemoryTokenBucket()
+
+    def __repr__(self) -> str:
+        return (
+            f"TokenBucket({self.name!r}, capacity={self.capacity:g}, "
+            f"refill_per_second={self.refill_per_second:g}, backend={self.backend!r})"
+        )
+
+    @property
+    def config(self) -> tuple[Any, ...]:
+        """What makes two instances the same bucket (registry idempotency compares it)."""
+        return (
+            "token_bucket",
+            self.name,
+            self.capacity,
+            self.refill_per_second,
+            self.backend,
+            self.ttl,
+        )
+
+    @property
+    def ttl_seconds(self) -> int:
+        """Redis key TTL: ``ceil(capacity / refill * 2) + 60`` s, or 24 h with no refill."""
+        if self.refill_per_second == 0:
+            default = 86_400.0
+        else:
+            default = math.ceil(self.capacity / self.refill_per_second * 2) + 60
+        return redis_ttl_seconds(default, self.ttl)
+
+    def memory_quota_consumed(self) -> bool:
+        """True for a memory fixed-quota bucket with some quota taken (never idle-evicted)."""
+        return (
+            self.backend == "memory"
+            and self.refill_per_second == 0
+            and self._memory.consumed(self.capacity)
+        )
+
+    async def _redis(self, client: Redis, count: float, mode: str) -> list[Any]:
+        args = (
+            EPOCH_UNIX_S,
+            repr(self.capacity),
+            repr(self.refill_per_second),
+            repr(count),
+            self.ttl_seconds,
+            mode,
+        )
+        return await rru.run_script(client, TOKEN_BUCKET_LUA, self.redis_key, args)
+
+    async def _postgres(
+        self, engine: AsyncEngine, count: float, refund: bool = False
+    ) -> RateLimitDecision:
+        allowed, tokens, retry_us = await _sql.sql_token_bucket(
+            engine,
+            self.name,
+            capacity=self.capacity,
+            rate=self.refill_per_second,
+            count=count,
+            refund=refund,
+        )
+        return decision(self.name, "postgres", allowed, tokens, retry_us)
+
+    async def acquire(
+        self,
+        count: float = 1.0,
+        *,
+        redis_client: Redis | None = None,
+        pg_pool: AsyncEngine | None = None,
+        clock: Clock | None = None,
+        settings: TaskQSettings | None = None,
+    ) -> RateLimitDecision:
+        """Try to take ``count`` tokens; the decision says whether it worked and when to retry.
+
+        ``clock`` drives the memory backend only; Redis and Postgres use their own clock.
+        """
+        count = check_count(count, self.capacity)
+        if self.backend == "memory":
+            now_us = memory_now_us(clock, self.name)
+            r = self._memory.step(
+                now_us,
+                capacity=self.capacity,
+                rate=self.refill_per_second,
+                count=count,
+                consume=True,
+            )
+            return decision(self.name, "memory", r.allowed, r.tokens, r.retry_after_us)
+        if self.backend == "postgres":
+            return await self._postgres(require_engine(pg_pool, self.name), count)
+        client = rru.require_redis(redis_client, self.name)
+        try:
+            ok, tokens, retry_us = await self._redis(client, count, "acquire")
+        except rru.redis_down_errors() as exc:
+            engine = rru.fallback_engine(self.name, exc, pg_pool, settings)
+            if engine is None:
+                raise
+            return await self._postgres(engine, count)
+        wait = float(retry_us)
+        return decision(
+            self.name, "redis", bool(int(ok)), float(tokens), None if wait < 0 else wait
+        )
+
+    async def refund(
+        self,
+        decision: RateLimitDecision,
+        *,
+        count: float = 1.0,
+        redis_client: Redis | None = None,
+        pg_pool: AsyncEngine | None = None,
+        clock: Clock | None = None,
+        settings: TaskQSettings | None = None,
+    ) -> None:
+        """Give ``count`` tokens back after a rollback (never after the actor succeeded).
+
+        Goes to the backend that made ``decision``; a Postgres decision's refund is a
+        no-op that logs a warning. A denied decision took nothing and refunds nothing.
+        """
+        if not decision.allowed:
+            return
+        count = check_count(count, self.capacity)
+        if decision.backend == "memory":
+            self._memory.refund(
+                memory_now_us(clock, self.name),
+                capacity=self.capacity,
+                rate=self.refill_per_second,
+                count=count,
+            )
+        elif decision.backend == "redis":
+            await self._redis(rru.require_redis(redis_client, self.name), count, "refund")
+        else:
+            _log.warning("ratelimit.refund_noop bucket=%s backend=postgres", self.name)
+
+    async def peek(
+        self,
+        *,
+        redis_client: Redis | None = None,
+        pg_pool: AsyncEngine | None = None,
+        clock: Clock | None = None,
+        settings: TaskQSettings | None = None,
+    ) -> RateLimitState:
+        """The bucket's current tokens (after refill) without taking any."""
+        if self.backend == "memory":
+            r = self._memory.step(
+                memory_now_us(clock, self.name),
+                capacity=self.capacity,
+                rate=self.refill_per_second,
+                count=1.0 if self.capacity >= 1 else self.capacity,
+                consume=False,
+            )
+            return self._state("memory", r.tokens)
+        if self.backend == "postgres":
+            return await self._peek_postgres(require_engine(pg_pool, self.name))
+        client = rru.require_redis(redis_client, self.name)
+        try:
+            _, tokens, _ = await self._redis(client, min(1.0, self.capacity), "peek")
+        except rru.redis_down_errors() as exc:
+            engine = rru.fallback_engine(self.name, exc, pg_pool, settings)
+            if engine is None:
+                raise
+            return await self._peek_postgres(engine)
+        return self._state("redis", float(tokens))
+
+    async def _peek_postgres(self, engine: AsyncEngine) -> RateLimitState:
+        kind, tokens, updated_us, now_us = await _sql.sql_read(engine, self.name)
+        if kind != "token_bucket":
+            tokens = updated_us = None
+        r = tb_step(
+            tokens,
+            updated_us,
+            now_us,
+            capacity=self.capacity,
+            rate=self.refill_per_second,
+            count=0.0,
+            consume=False,
+        )
+        return self._state("postgres", r.tokens)
+
+    def _state(
+        self, backend: Literal["redis", "postgres", "memory"], tokens: float
+    ) -> RateLimitState:
+        need = min(1.0, self.capacity)
+        exhausted = tokens + 1e-9 < need
+        wait: float | None = 0.0
+        if exhausted:
+            wait = (
+                None
+                if self.refill_per_second == 0
+                else (need - tokens) * 1e6 / self.refill_per_second
+            )
+        return RateLimitState(
+            bucket_name=self.name,
+            backend=backend,
+            is_exhausted=exhausted,
+            tokens_remaining=tokens,
+            remaining=tokens,
+            retry_after=retry(wait),
+            capacity=self.capacity,
+            limit=None,
+            window=None,
+            style=None,
+            refill_per_second=self.refill_per_second,
+        )
+
+    async def reset(
+        self,
+        *,
+        redis_client: Redis | None = None,
+        pg_pool: AsyncEngine | None = None,
+        clock: Clock | None = None,
+        settings: TaskQSettings | None = None,
+    ) -> None:
+        """Refill to capacity at once (idempotent): Redis ``DEL``, Postgres ``DELETE``."""
+        if self.backend == "memory":
+            self._memory.reset()
+        elif self.backend == "postgres":
+            await _sql.sql_reset(require_engine(pg_pool, self.name), self.name)
+        else:
+            client = rru.require_redis(redis_client, self.name)
+            try:
+                await client.delete(self.redis_key)
+            except rru.redis_down_errors() as exc:
+                engine = rru.fallback_engine(self.name, exc, pg_pool, settings)
+                if engine is None:
+                    raise
+                await _sql.sql_reset(engine, self.name)
