@@ -28,7 +28,14 @@ from taskq.constants import (
 if TYPE_CHECKING:
     from taskq.actor import ActorRef
 
-__all__ = ["AttemptRecord", "EnqueueArgs", "EnqueueOutcome", "EnqueueRequest", "JobRecord", "build_request"]
+__all__ = [
+    "AttemptRecord",
+    "EnqueueArgs",
+    "EnqueueOutcome",
+    "EnqueueRequest",
+    "JobRecord",
+    "build_request",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +44,8 @@ class EnqueueRequest:
 
     ``unique_for``/``unique_states`` apply only with an ``identity_key``. ``max_pending``
     is the actor's literal; the backend resolves the effective limit against the stored
-    ``actor_config.max_pending``. ``scheduled_at=None`` means "now, on the store's clock".
+    ``actor_config.max_pending``. ``scheduled_at=None`` and ``delay_s=None`` mean "now";
+    ``delay_s`` is added to the store's clock by the backend.
     """
 
     job_id: UUID
@@ -46,6 +54,7 @@ class EnqueueRequest:
     payload: dict[str, Any]
     priority: int = 0
     scheduled_at: datetime | None = None
+    delay_s: float | None = None
     identity_key: str | None = None
     idempotency_key: str | None = None
     singleton: bool = False
@@ -207,7 +216,6 @@ def build_request(
     start_to_close: timedelta | None = None,
     schedule_to_close: timedelta | None = None,
     default_start_to_close: timedelta | None = None,
-    now: datetime | None = None,
     parent_job_id: UUID | None = None,
     unique_for: timedelta | None = None,
     max_pending: int | None = None,
@@ -230,7 +238,9 @@ def build_request(
     if delay is not None:
         if not isinstance(delay, timedelta) or delay < timedelta(0):
             raise ValueError("delay must be a timedelta >= 0")
-        scheduled_at = (now or datetime.now(UTC)) + delay if delay else None
+        delay_s = delay.total_seconds() or None
+    else:
+        delay_s = None
     if scheduled_at is not None:
         if not isinstance(scheduled_at, datetime) or scheduled_at.tzinfo is None:
             raise ValueError("scheduled_at must be an aware datetime")
@@ -264,6 +274,7 @@ def build_request(
         payload=body,
         priority=prio,
         scheduled_at=scheduled_at,
+        delay_s=delay_s,
         identity_key=_key(identity_key, "identity_key"),
         idempotency_key=_key(idempotency_key, "idempotency_key"),
         singleton=ref.singleton,

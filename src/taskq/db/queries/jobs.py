@@ -8,7 +8,7 @@ behaviour (windows, schedules) come from the store's clock, :func:`taskq.db.dial
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
@@ -42,6 +42,13 @@ def ago(dialect: str, window: timedelta) -> ColumnElement[Any]:
     if dialect == "postgresql":
         return func.clock_timestamp() - func.make_interval(0, 0, 0, 0, 0, 0, literal(seconds))
     return func.strftime("%Y-%m-%d %H:%M:%f", "now", literal(f"-{seconds:.6f} seconds"))
+
+
+def later(dialect: str, seconds: float) -> ColumnElement[Any]:
+    """``now() + seconds`` on the store's clock."""
+    if dialect == "postgresql":
+        return func.clock_timestamp() + func.make_interval(0, 0, 0, 0, 0, 0, literal(seconds))
+    return func.strftime("%Y-%m-%d %H:%M:%f", "now", literal(f"+{seconds:.6f} seconds"))
 
 
 def advisory_key(kind: str, actor: str, key: str = "") -> str:
@@ -102,11 +109,17 @@ def _row(dialect: str, req: EnqueueRequest) -> dict[str, Any]:
         "id": req.job_id,
         "actor": req.actor,
         "queue": req.queue,
-        "status": "pending" if req.scheduled_at is None else "scheduled",
+        "status": "pending" if req.scheduled_at is None and req.delay_s is None else "scheduled",
         "payload": req.payload,
         "priority": req.priority,
         "max_attempts": req.max_attempts,
-        "scheduled_at": req.scheduled_at if req.scheduled_at is not None else now,
+        "scheduled_at": (
+            req.scheduled_at
+            if req.scheduled_at is not None
+            else later(dialect, req.delay_s)
+            if req.delay_s is not None
+            else now
+        ),
         "identity_key": req.identity_key,
         "idempotency_key": req.idempotency_key,
         "singleton": req.singleton,
@@ -115,19 +128,11 @@ def _row(dialect: str, req: EnqueueRequest) -> dict[str, Any]:
         "trace_context": req.trace_context,
         "start_to_close_s": req.start_to_close_s,
         "schedule_to_close_s": req.schedule_to_close_s,
-        "deadline_at": _deadline(req),
+        "deadline_at": later(dialect, req.schedule_to_close_s) if req.schedule_to_close_s else None,
         "parent_job_id": req.parent_job_id,
         "created_at": now,
         "updated_at": now,
     }
-
-
-def _deadline(req: EnqueueRequest) -> datetime | None:
-    if req.schedule_to_close_s is None:
-        return None
-    from datetime import UTC
-
-    return datetime.now(UTC) + timedelta(seconds=req.schedule_to_close_s)
 
 
 def insert_jobs(

@@ -1,0 +1,54 @@
+"""Fixtures for the producer-side behavioural suite (see tests/support/producer.py)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+import pytest
+
+from taskq.client import JobsClient, TaskQ
+from taskq.db.engine import make_engine
+from taskq.settings import TaskQSettings
+from taskq.testing.clock import FakeClock
+from taskq.testing.in_memory import InMemoryBackend
+from tests.support.producer import STORES_AND_MODES, Env
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "producer_env" in metafunc.fixturenames:
+        metafunc.parametrize(
+            ("store", "mode"), STORES_AND_MODES, ids=[f"{s}-{m}" for s, m in STORES_AND_MODES]
+        )
+
+
+@pytest.fixture
+def producer_url(request: pytest.FixtureRequest, store: str) -> object:
+    """The migrated database URL for ``store`` (resolved outside the event loop)."""
+    if store == "memory":
+        return None
+    return request.getfixturevalue("pg_url" if store == "postgres" else "sqlite_url")
+
+
+@pytest.fixture
+async def producer_env(
+    producer_url: object, store: str, mode: str, settings: TaskQSettings
+) -> AsyncIterator[Env]:
+    if store == "memory":
+        backend = InMemoryBackend(clock=FakeClock(datetime(2025, 1, 1, tzinfo=UTC)))
+        yield Env(store, mode, JobsClient(backend), memory=backend)
+        return
+    url = producer_url
+    engine = make_engine(url, settings=settings)
+    async_tq = TaskQ(engine=engine, settings=settings)
+    sync_tq = None
+    client = async_tq.jobs
+    if mode == "sync":
+        from taskq_sync import TaskQ as SyncTaskQ
+
+        sync_tq = SyncTaskQ(url, settings=settings)
+        client = sync_tq.jobs
+    yield Env(store, mode, client, engine=engine, sync_tq=sync_tq, async_tq=async_tq)
+    if sync_tq is not None:
+        sync_tq.close()
+    await engine.dispose()

@@ -1,0 +1,380 @@
+"""Producer-side behaviour, once per store (Postgres, SQLite, in-memory) and client (async, sync)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from pydantic import BaseModel
+from structlog.testing import capture_logs
+
+from taskq import actor
+from taskq.exceptions import (
+    JobCancelledError,
+    JobFailedError,
+    JobNotFoundError,
+    MaxPendingExceededError,
+    PayloadValidationError,
+    SingletonCollisionError,
+    WaitTimeout,
+)
+from taskq.records import EnqueueArgs
+from tests.support.producer import Env
+
+
+class Item(BaseModel):
+    n: int
+
+
+class Doubled(BaseModel):
+    doubled: int
+
+
+@actor(name="prod_plain", queue="work", priority=3)
+async def plain(payload: Item) -> Doubled:
+    return Doubled(doubled=payload.n * 2)
+
+
+@actor(name="prod_unique", unique_for=timedelta(minutes=10))
+async def unique(payload: Item) -> None: ...
+
+
+@actor(
+    name="prod_unique_active",
+    unique_for=timedelta(minutes=10),
+    unique_states=("pending", "scheduled", "running"),
+)
+async def unique_active(payload: Item) -> None: ...
+
+
+@actor(name="prod_singleton", singleton=True)
+async def single(payload: Item) -> None: ...
+
+
+@actor(name="prod_capped", max_pending=2)
+async def capped(payload: Item) -> None: ...
+
+
+@actor(name="prod_closed", max_pending=0)
+async def closed(payload: Item) -> None: ...
+
+
+@actor(name="prod_hundred", max_pending=100)
+async def hundred(payload: Item) -> None: ...
+
+
+@actor(name="prod_single_capped", singleton=True, max_pending=0)
+async def single_capped(payload: Item) -> None: ...
+
+
+@actor(name="prod_unique_capped", unique_for=timedelta(minutes=10), max_pending=1)
+async def unique_capped(payload: Item) -> None: ...
+
+
+async def test_enqueue_creates_a_pending_job_with_actor_defaults(producer_env: Env) -> None:
+    env = producer_env
+    handle = await env.enqueue(plain, Item(n=1))
+    assert handle.was_existing is False
+    assert handle.deduplicated_onto_terminal is False
+    record = await env.call(handle.refresh)
+    assert (record.actor, record.queue, record.priority, record.status) == (
+        "prod_plain",
+        "work",
+        3,
+        "pending",
+    )
+    assert record.payload == {"n": 1}
+    assert record.max_attempts == 3
+    assert await env.call(handle.status) == "pending"
+    assert await env.call(handle.attempts) == []
+
+
+async def test_enqueue_options_are_stored(producer_env: Env) -> None:
+    env = producer_env
+    handle = await env.enqueue(
+        plain,
+        {"n": 2},
+        queue="other",
+        priority=-5,
+        delay=timedelta(hours=1),
+        identity_key="id-1",
+        idempotency_key="idem-1",
+        tags=["a", "b"],
+        metadata={"k": "v"},
+        start_to_close=timedelta(seconds=30),
+        schedule_to_close=timedelta(minutes=5),
+    )
+    record = await env.call(handle.refresh)
+    assert record.status == "scheduled"
+    assert record.queue == "other"
+    assert record.priority == -5
+    assert record.created_at + timedelta(minutes=59) < record.scheduled_at
+    assert (record.identity_key, record.idempotency_key) == ("id-1", "idem-1")
+    assert record.tags == ["a", "b"]
+    assert record.metadata == {"k": "v"}
+    assert record.start_to_close_s == 30.0
+    assert record.schedule_to_close_s == 300.0
+    assert record.deadline_at is not None
+
+    at = datetime(2031, 1, 1, tzinfo=UTC)
+    later = await env.call((await env.enqueue(plain, Item(n=3), scheduled_at=at)).refresh)
+    assert (later.status, later.scheduled_at) == ("scheduled", at)
+
+
+async def test_wait_returns_the_typed_result(producer_env: Env) -> None:
+    env = producer_env
+    handle = await env.enqueue(plain, Item(n=21))
+    await env.finish(handle.job_id, "succeeded", result={"doubled": 42})
+    result = await env.call(handle.wait, timeout=5)
+    assert result == Doubled(doubled=42)
+
+    again = await env.call(env.client.get, handle.job_id, result_adapter=plain.result_adapter)
+    assert (await env.call(again.wait)).doubled == 42
+
+
+async def test_wait_raises_the_jobs_failure(producer_env: Env) -> None:
+    env = producer_env
+    failed = await env.enqueue(plain, Item(n=1))
+    await env.finish(failed.job_id, "failed", error_class="ValueError")
+    with pytest.raises(JobFailedError) as info:
+        await env.call(failed.wait, timeout=5)
+    assert (info.value.status, info.value.error_class) == ("failed", "ValueError")
+
+    cancelled = await env.enqueue(plain, Item(n=2))
+    record = await env.call(cancelled.cancel)
+    assert (record.status, record.error_class) == ("cancelled", "CancelledBeforeStart")
+    with pytest.raises(JobCancelledError):
+        await env.call(cancelled.wait, timeout=5)
+
+
+async def test_wait_times_out_and_unknown_jobs_are_reported(producer_env: Env) -> None:
+    env = producer_env
+    handle = await env.enqueue(plain, Item(n=1))
+    with pytest.raises(WaitTimeout):
+        await env.call(handle.wait, timeout=0.05)
+    missing = type(handle.job_id)(int=1)
+    with pytest.raises(JobNotFoundError):
+        await env.call(env.client.get, missing)
+
+
+async def test_wait_wakes_when_the_job_finishes(producer_env: Env) -> None:
+    env = producer_env
+    handle = await env.enqueue(plain, Item(n=5))
+    waiter = asyncio.ensure_future(env.call(handle.wait, timeout=10))
+    await asyncio.sleep(0)  # let the waiter start polling/waiting before the job finishes
+    await env.finish(handle.job_id, "succeeded", result={"doubled": 10})
+    assert (await waiter).doubled == 10
+
+
+async def test_unique_for_dedupes_by_identity_key(producer_env: Env) -> None:
+    env = producer_env
+    first = await env.enqueue(unique, Item(n=1), identity_key="acct_123")
+    second = await env.enqueue(unique, Item(n=2), identity_key="acct_123")
+    other = await env.enqueue(unique, Item(n=3), identity_key="acct_456")
+    assert second.was_existing
+    assert second.job_id == first.job_id
+    assert not second.deduplicated_onto_terminal
+    assert not other.was_existing
+    assert other.job_id != first.job_id
+    assert await env.count("prod_unique") == 2
+
+
+async def test_unique_for_without_identity_key_is_a_noop(producer_env: Env) -> None:
+    env = producer_env
+    from taskq import records
+
+    records._warned_unique_ignored.discard("prod_unique")
+    with capture_logs() as logs:
+        a = await env.enqueue(unique, Item(n=1))
+        b = await env.enqueue(unique, Item(n=1))
+    assert a.job_id != b.job_id
+    warnings = [e for e in logs if e["event"] == "actor_config_unique_for_ignored"]
+    assert len(warnings) == 1
+    assert warnings[0]["log_level"] == "warning"
+
+
+async def test_unique_for_matches_succeeded_and_reports_terminal(producer_env: Env) -> None:
+    env = producer_env
+    first = await env.enqueue(unique, Item(n=1), identity_key="k")
+    await env.finish(first.job_id, "succeeded")
+    with capture_logs() as logs:
+        again = await env.enqueue(unique, Item(n=1), identity_key="k")
+    assert again.was_existing
+    assert again.deduplicated_onto_terminal
+    assert again.job_id == first.job_id
+    [line] = [e for e in logs if e["event"] == "enqueue_deduplicated"]
+    assert (line["log_level"], line["matched_status"]) == ("warning", "succeeded")
+
+
+async def test_unique_for_ignores_failed_and_respects_unique_states(producer_env: Env) -> None:
+    env = producer_env
+    first = await env.enqueue(unique, Item(n=1), identity_key="k")
+    await env.finish(first.job_id, "failed")
+    fresh = await env.enqueue(unique, Item(n=1), identity_key="k")
+    assert not fresh.was_existing
+
+    active = await env.enqueue(unique_active, Item(n=1), identity_key="k")
+    await env.finish(active.job_id, "succeeded")
+    after = await env.enqueue(unique_active, Item(n=1), identity_key="k")
+    assert not after.was_existing
+    assert after.job_id != active.job_id
+
+
+async def test_singleton_blocks_a_second_active_job(producer_env: Env) -> None:
+    env = producer_env
+    first = await env.enqueue(single, Item(n=1), metadata={"singleton": False, "x": 1})
+    record = await env.call(first.refresh)
+    assert record.metadata == {"singleton": True, "x": 1}
+    with pytest.raises(SingletonCollisionError) as info:
+        await env.enqueue(single, Item(n=2), identity_key="different")
+    assert info.value.blocking_job_id == first.job_id
+    assert info.value.retry_after is None
+    await env.finish(first.job_id, "succeeded")
+    second = await env.enqueue(single, Item(n=3))
+    assert second.job_id != first.job_id
+
+
+async def test_max_pending_rejects_at_the_cap(producer_env: Env) -> None:
+    env = producer_env
+    await env.enqueue(capped, Item(n=1))
+    await env.enqueue(capped, Item(n=2), delay=timedelta(hours=1))  # scheduled counts too
+    with pytest.raises(MaxPendingExceededError) as info:
+        await env.enqueue(capped, Item(n=3))
+    assert (info.value.actor, info.value.current_count, info.value.max_pending) == (
+        "prod_capped",
+        2,
+        2,
+    )
+    with pytest.raises(MaxPendingExceededError):
+        await env.enqueue(closed, Item(n=1))
+    assert await env.count("prod_capped") == 2
+    assert await env.count("prod_closed") == 0
+
+
+async def test_stored_max_pending_overrides_the_literal(producer_env: Env) -> None:
+    env = producer_env
+    await env.set_stored_max_pending("prod_hundred", 1)
+    await env.enqueue(hundred, Item(n=1))
+    with pytest.raises(MaxPendingExceededError) as info:
+        await env.enqueue(hundred, Item(n=2))
+    assert info.value.max_pending == 1
+
+
+async def test_evaluation_order(producer_env: Env) -> None:
+    env = producer_env
+    # No active singleton job: the pre-flight passes and the cap of 0 rejects.
+    with pytest.raises(MaxPendingExceededError):
+        await env.enqueue(single_capped, Item(n=1))
+    # A unique_for hit bypasses max_pending.
+    first = await env.enqueue(unique_capped, Item(n=1), identity_key="k")
+    again = await env.enqueue(unique_capped, Item(n=1), identity_key="k")
+    assert again.was_existing
+    assert again.job_id == first.job_id
+    with pytest.raises(MaxPendingExceededError):
+        await env.enqueue(unique_capped, Item(n=1), identity_key="other")
+
+
+async def test_singleton_fires_before_max_pending(producer_env: Env) -> None:
+    env = producer_env
+    await env.enqueue(single, Item(n=1))
+    await env.set_stored_max_pending("prod_singleton", 0)
+    with pytest.raises(SingletonCollisionError):
+        await env.enqueue(single, Item(n=2))
+
+
+async def test_idempotency_key_returns_the_existing_job(producer_env: Env) -> None:
+    env = producer_env
+    first = await env.enqueue(plain, Item(n=1), idempotency_key="order-9")
+    await env.finish(first.job_id, "succeeded", result={"doubled": 2})
+    again = await env.enqueue(plain, Item(n=1), idempotency_key="order-9")
+    assert again.was_existing
+    assert again.job_id == first.job_id
+    assert await env.count("prod_plain") == 1
+
+
+async def test_enqueue_many(producer_env: Env) -> None:
+    env = producer_env
+    items = [(plain, Item(n=i)) for i in range(50)]
+    items.append(EnqueueArgs(unique, Item(n=0), {"identity_key": "u"}))
+    items.append(EnqueueArgs(unique, Item(n=1), {"identity_key": "u"}))
+    handles = await env.call(env.client.enqueue_many, items)
+    assert len(handles) == 52
+    assert len({h.job_id for h in handles[:50]}) == 50
+    assert handles[51].was_existing
+    assert handles[51].job_id == handles[50].job_id
+    assert await env.count("prod_plain") == 50
+    assert await env.call(env.client.enqueue_many, []) == []
+
+
+async def test_enqueue_many_is_all_or_nothing(producer_env: Env) -> None:
+    env = producer_env
+    with pytest.raises(PayloadValidationError):
+        await env.call(env.client.enqueue_many, [(plain, Item(n=1)), (plain, {"n": "x"})])
+    await env.enqueue(single, Item(n=1))
+    with pytest.raises(SingletonCollisionError):
+        await env.call(env.client.enqueue_many, [(plain, Item(n=1)), (single, Item(n=2))])
+    assert await env.count("prod_plain") == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "options", "error"),
+    [
+        pytest.param(
+            ("prod_plain", {"n": "not a number"}), {}, PayloadValidationError, id="payload"
+        ),
+        pytest.param(("no_such_actor", {"n": 1}), {}, LookupError, id="unknown-actor"),
+        pytest.param(("prod_plain", {"n": 1}), {"priority": 40_000}, ValueError, id="priority"),
+        pytest.param(
+            ("prod_plain", {"n": 1}), {"identity_key": "k" * 201}, ValueError, id="identity"
+        ),
+        pytest.param(
+            ("prod_plain", {"n": 1}), {"metadata": {"when": object()}}, TypeError, id="metadata"
+        ),
+        pytest.param(("prod_plain", {"n": 1}), {"queue": "a:b"}, ValueError, id="queue"),
+    ],
+)
+async def test_bad_input_is_rejected_and_nothing_written(
+    producer_env: Env,
+    args: tuple[str, dict[str, object]],
+    options: dict[str, object],
+    error: type[Exception],
+) -> None:
+    env = producer_env
+    with pytest.raises(error):
+        await env.enqueue(*args, **options)
+    assert await env.count("prod_plain") == 0
+    assert await env.count("no_such_actor") == 0
+
+
+async def test_concurrent_unique_for_enqueues_create_one_job(producer_env: Env) -> None:
+    env = producer_env
+    handles = await asyncio.gather(
+        *(env.enqueue(unique, Item(n=i), identity_key="race") for i in range(32))
+    )
+    assert len({h.job_id for h in handles}) == 1
+    assert sum(not h.was_existing for h in handles) == 1
+    assert await env.count("prod_unique") == 1
+
+
+async def test_concurrent_singleton_enqueues_create_one_active_job(producer_env: Env) -> None:
+    env = producer_env
+    results = await asyncio.gather(
+        *(env.enqueue(single, Item(n=i)) for i in range(32)), return_exceptions=True
+    )
+    created = [r for r in results if not isinstance(r, BaseException)]
+    errors = [r for r in results if isinstance(r, BaseException)]
+    assert len(created) == 1
+    assert all(isinstance(e, SingletonCollisionError) for e in errors)
+    assert await env.count("prod_singleton", ("pending", "scheduled", "running")) == 1
+
+
+async def test_concurrent_max_pending_enqueues_stop_at_the_cap(producer_env: Env) -> None:
+    env = producer_env
+    results = await asyncio.gather(
+        *(env.enqueue(hundred, Item(n=i)) for i in range(200)), return_exceptions=True
+    )
+    errors = [r for r in results if isinstance(r, BaseException)]
+    assert len(errors) == 100
+    assert all(isinstance(e, MaxPendingExceededError) for e in errors)
+    assert await env.count("prod_hundred", ("pending",)) == 100

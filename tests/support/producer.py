@@ -1,0 +1,104 @@
+"""One driver for the producer-side behavioural suite over every store and both clients.
+
+``Env`` runs the same async test body against Postgres, SQLite or ``InMemoryBackend``,
+with the async client (``taskq``) or the blocking one (``taskq_sync``, called from a
+thread). Helpers write terminal rows directly, standing in for the worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+from collections.abc import Callable
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import func, select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from taskq.db.tables import jobs
+from taskq.testing.in_memory import InMemoryBackend
+
+STORES_AND_MODES = [
+    ("postgres", "async"),
+    ("postgres", "sync"),
+    ("sqlite", "async"),
+    ("sqlite", "sync"),
+    ("memory", "async"),
+]
+
+
+@dataclasses.dataclass
+class Env:
+    store: str
+    mode: str
+    client: Any
+    engine: AsyncEngine | None = None
+    memory: InMemoryBackend | None = None
+    sync_tq: Any = None
+    async_tq: Any = None
+
+    @property
+    def sql(self) -> bool:
+        return self.store != "memory"
+
+    async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Call a client or handle method in this env's mode and return its result."""
+        if self.mode == "sync":
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        result = fn(*args, **kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    async def enqueue(self, actor: Any, payload: Any, **options: Any) -> Any:
+        return await self.call(self.client.enqueue, actor, payload, **options)
+
+    async def finish(
+        self, job_id: UUID, status: str, result: Any = None, error_class: str | None = None
+    ) -> None:
+        """Write a terminal row as a worker would."""
+        if self.memory is not None:
+            job = self.memory.jobs[job_id]
+            now = self.memory.clock.now()
+            self.memory.jobs[job_id] = dataclasses.replace(
+                job, status=status, result=result, error_class=error_class, finished_at=now
+            )
+            await self.memory._notify()
+            return
+        assert self.engine is not None
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job_id)
+                .values(
+                    status=status,
+                    result=result,
+                    error_class=error_class,
+                    finished_at=func.current_timestamp(),
+                )
+            )
+
+    async def count(self, actor: str, statuses: tuple[str, ...] | None = None) -> int:
+        """How many jobs of ``actor`` exist (in ``statuses``)."""
+        if self.memory is not None:
+            return sum(
+                1
+                for j in self.memory.jobs.values()
+                if j.actor == actor and (statuses is None or j.status in statuses)
+            )
+        assert self.engine is not None
+        stmt = select(func.count()).select_from(jobs).where(jobs.c.actor == actor)
+        if statuses is not None:
+            stmt = stmt.where(jobs.c.status.in_(statuses))
+        async with self.engine.connect() as conn:
+            return int((await conn.execute(stmt)).scalar_one())
+
+    async def set_stored_max_pending(self, actor: str, value: int | None) -> None:
+        """Set ``actor_config.max_pending`` as an operator would."""
+        if self.memory is not None:
+            self.memory.stored_max_pending[actor] = value
+            return
+        tq = self.sync_tq if self.mode == "sync" else self.async_tq
+        await self.call(tq.actors.set, actor, max_pending=value)
