@@ -102,3 +102,42 @@ class Env:
             return
         tq = self.sync_tq if self.mode == "sync" else self.async_tq
         await self.call(tq.actors.set, actor, max_pending=value)
+
+
+# --- multi-process race (spawned children import this module) -------------------------
+
+from datetime import timedelta  # noqa: E402
+
+from pydantic import BaseModel  # noqa: E402
+
+from taskq import actor  # noqa: E402
+
+
+class RacePayload(BaseModel):
+    n: int
+
+
+@actor(name="race_unique_proc", unique_for=timedelta(minutes=10))
+async def race_unique(payload: RacePayload) -> None: ...
+
+
+def enqueue_in_process(url: str, barrier: Any, count: int) -> list[tuple[str, bool]]:
+    """Child process: wait for every sibling, then enqueue ``count`` times from threads."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    from taskq.settings import TaskQSettings
+    from taskq_sync import TaskQ
+
+    settings = TaskQSettings.load(database_url=None, redis_url=None, schema_name="taskq")
+    with TaskQ(url, settings=settings) as tq:
+        tq.jobs.enqueue(race_unique, RacePayload(n=-1), identity_key=f"warmup-{os.getpid()}")
+        barrier.wait()
+        with ThreadPoolExecutor(count) as pool:
+            handles = list(
+                pool.map(
+                    lambda i: tq.jobs.enqueue(race_unique, RacePayload(n=i), identity_key="race"),
+                    range(count),
+                )
+            )
+    return [(str(h.job_id), h.was_existing) for h in handles]
