@@ -17,7 +17,6 @@ __all__ = [
     "EPOCH",
     "EPOCH_UNIX_S",
     "EPS_TOKENS",
-    "EPS_US",
     "GcraResult",
     "TokenResult",
     "from_us",
@@ -33,8 +32,6 @@ EPOCH: Final = datetime(2025, 1, 1, tzinfo=UTC)
 EPOCH_UNIX_S: Final = int(EPOCH.timestamp())
 EPS_TOKENS: Final = 1e-9
 """Token comparisons forgive this much float error (refill sums are not exact)."""
-EPS_US: Final = 1e-3
-"""GCRA comparisons forgive this much float error, in microseconds."""
 _US: Final = timedelta(microseconds=1)
 
 
@@ -50,7 +47,7 @@ def from_us(us: float) -> datetime:
 
 def us_to_timedelta(us: float) -> timedelta:
     """A wait of ``us`` microseconds, rounded up so that waiting it is always enough."""
-    return timedelta(microseconds=max(0, math.ceil(us - EPS_US)))
+    return timedelta(microseconds=max(0, math.ceil(us - 1e-6)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,16 +91,21 @@ def tb_step(
 
 @dataclass(frozen=True, slots=True)
 class GcraResult:
-    """One GCRA step: the decision, the TAT to store and an estimate of what is left."""
+    """One GCRA step: the decision, the TAT to store and how many more would pass now.
+
+    The TAT is exact: ``tat_us + tat_rem / limit`` microseconds, with ``0 <= tat_rem <
+    limit``, so the emission interval ``window / limit`` never accumulates rounding error.
+    """
 
     allowed: bool
-    tat_us: float
+    tat_us: int
+    tat_rem: int
     remaining: float
     retry_after_us: float
 
 
 def gcra_step(
-    tat_us: float | None,
+    tat: tuple[int, int] | None,
     now_us: int,
     *,
     limit: int,
@@ -112,18 +114,25 @@ def gcra_step(
 ) -> GcraResult:
     """The Generic Cell Rate Algorithm with emission interval ``window / limit``.
 
+    ``tat`` is ``(tat_us, tat_rem)`` (see :class:`GcraResult`) or ``None`` when fresh.
     From a fresh state exactly ``limit`` back-to-back requests pass, then one every
-    ``window / limit``. ``consume=False`` answers "would one more pass?" without storing.
+    ``window / limit``. All arithmetic is on integers. ``consume=False`` answers "would
+    one more pass?" without advancing the TAT.
     """
-    interval = window_us / limit
-    base = now_us if tat_us is None else max(tat_us, now_us)
-    new_tat = base + interval
-    allow_at = new_tat - window_us
-    if now_us + EPS_US >= allow_at:
-        stored = new_tat if consume else base
-        remaining = math.floor((now_us + window_us - stored) / interval + EPS_US)
-        return GcraResult(True, stored, float(max(0, remaining)), 0.0)
-    return GcraResult(False, base, 0.0, allow_at - now_us)
+    step_us, step_rem = divmod(window_us, limit)
+    if tat is None or tat[0] < now_us or (tat[0] == now_us and tat[1] == 0):
+        base_us, base_rem = now_us, 0
+    else:
+        base_us, base_rem = tat
+    carry, new_rem = divmod(base_rem + step_rem, limit)
+    new_us = base_us + step_us + carry
+    allow_at_us = new_us - window_us
+    if (now_us - allow_at_us) * limit >= new_rem:
+        stored_us, stored_rem = (new_us, new_rem) if consume else (base_us, base_rem)
+        remaining = ((now_us + window_us - stored_us) * limit - stored_rem) // window_us
+        return GcraResult(True, stored_us, stored_rem, float(max(0, remaining)), 0.0)
+    wait = allow_at_us - now_us + (1 if new_rem > 0 else 0)
+    return GcraResult(False, base_us, base_rem, 0.0, float(wait))
 
 
 def log_decide(

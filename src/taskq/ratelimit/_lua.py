@@ -68,27 +68,44 @@ GCRA_LUA: Final = (
     _NOW
     + """
 -- ARGV: epoch_s, limit, window_us, ttl_s, mode (acquire|peek)
+-- TAT = t + r / limit microseconds (integers: no drift); hash fields t and r.
 local limit = tonumber(ARGV[2])
 local win = tonumber(ARGV[3])
 local ttl = tonumber(ARGV[4])
 local mode = ARGV[5]
-local interval = win / limit
-local tat = tonumber(redis.call('GET', KEYS[1]))
-local base = now
-if tat ~= nil and tat > now then base = tat end
-local new_tat = base + interval
-local allow_at = new_tat - win
-if now + 0.001 >= allow_at then
-  local stored = base
+local h = redis.call('HMGET', KEYS[1], 't', 'r')
+local bt = tonumber(h[1])
+local br = tonumber(h[2])
+if bt == nil or br == nil or bt < now or (bt == now and br == 0) then
+  bt = now
+  br = 0
+end
+local step_rem = win % limit
+local step_us = (win - step_rem) / limit
+local nr = br + step_rem
+local carry = 0
+if nr >= limit then
+  carry = 1
+  nr = nr - limit
+end
+local nt = bt + step_us + carry
+local allow_at = nt - win
+if (now - allow_at) * limit >= nr then
+  local st = bt
+  local sr = br
   if mode == 'acquire' then
-    stored = new_tat
-    redis.call('SET', KEYS[1], f(new_tat), 'EX', ttl)
+    st = nt
+    sr = nr
+    redis.call('HSET', KEYS[1], 't', string.format('%d', nt), 'r', string.format('%d', nr))
+    redis.call('EXPIRE', KEYS[1], ttl)
   end
-  local rem = math.floor((now + win - stored) / interval + 0.001)
+  local rem = math.floor(((now + win - st) * limit - sr) / win)
   if rem < 0 then rem = 0 end
   return {1, f(rem), '0'}
 end
-return {0, '0', f(allow_at - now)}
+local wait = allow_at - now
+if nr > 0 then wait = wait + 1 end
+return {0, '0', f(wait)}
 """
 ).encode()
 

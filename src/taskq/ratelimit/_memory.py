@@ -74,14 +74,14 @@ class MemoryGcra:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._tat: float | None = None
+        self._tat: tuple[int, int] | None = None
 
     def step(self, now_us: int, *, limit: int, window_us: int, consume: bool) -> GcraResult:
         """One GCRA decision; stores the new TAT when allowed and ``consume``."""
         with self._lock:
             result = gcra_step(self._tat, now_us, limit=limit, window_us=window_us, consume=consume)
             if consume and result.allowed:
-                self._tat = result.tat_us
+                self._tat = (result.tat_us, result.tat_rem)
             return result
 
     def reset(self) -> None:

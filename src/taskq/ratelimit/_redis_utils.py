@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
 __all__ = [
-        "fallback_engine",
+    "fallback_engine",
     "redis_down_errors",
     "require_redis",
     "run_script",

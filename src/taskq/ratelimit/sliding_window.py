@@ -212,14 +212,8 @@ class SlidingWindow:
 
     async def _peek_postgres(self, engine: AsyncEngine) -> RateLimitState:
         if self.style == "gcra":
-            kind, tat, _, now_us = await _sql.sql_read(engine, self.name)
-            g = gcra_step(
-                tat if kind == "gcra" else None,
-                now_us,
-                limit=self.limit,
-                window_us=self.window_us,
-                consume=False,
-            )
+            _, _, tat, now_us = await _sql.sql_read(engine, self.name, "gcra")
+            g = gcra_step(tat, now_us, limit=self.limit, window_us=self.window_us, consume=False)
             return self._state("postgres", g.remaining, g.retry_after_us)
         count, oldest, now_us = await _sql.sql_window_count(engine, self.name, self.window_us)
         allowed, _, retry_us = log_decide(

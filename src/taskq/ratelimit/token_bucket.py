@@ -221,9 +221,7 @@ class TokenBucket:
         return self._state("redis", float(tokens))
 
     async def _peek_postgres(self, engine: AsyncEngine) -> RateLimitState:
-        kind, tokens, updated_us, now_us = await _sql.sql_read(engine, self.name)
-        if kind != "token_bucket":
-            tokens = updated_us = None
+        tokens, updated_us, _, now_us = await _sql.sql_read(engine, self.name, "token_bucket")
         r = tb_step(
             tokens,
             updated_us,

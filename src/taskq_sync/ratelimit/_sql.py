@@ -6,8 +6,8 @@
 Each operation is one transaction: upsert-and-lock the bucket row (reading the store's
 clock in the same statement), decide with :mod:`taskq.ratelimit._algorithms`, write back.
 Postgres serialises on the row lock; SQLite on its write lock (``BEGIN IMMEDIATE``).
-GCRA keeps its theoretical arrival time as float microseconds since the epoch in the
-``tokens`` column (exact) and, rounded, in ``tat`` (for people reading the table).
+GCRA keeps its theoretical arrival time as whole microseconds in ``tat`` plus the remainder (in
+``1/limit`` microseconds) in ``tokens``.
 """
 
 from __future__ import annotations
@@ -41,7 +41,12 @@ def _lock_row(
     capacity: float,
     refill_per_second: float,
     window_s: float | None,
-) -> tuple[float | None, datetime, int]:
+) -> tuple[float | None, datetime | None, datetime, int]:
+    """Lock (creating on first use) the row: ``(tokens, tat, updated_at, now_us)``.
+
+    State stored under another kind (the name was reused for another algorithm) reads as
+    fresh.
+    """
     stmt = q.bucket_lock_upsert(
         conn.dialect.name,
         name,
@@ -51,8 +56,13 @@ def _lock_row(
         window_s=window_s,
     )
     row = conn.execute(stmt).one()
-    tokens = row.tokens if row.kind == kind else None
-    return (tokens, row.updated_at, to_us(row.db_now))
+    if row.kind != kind:
+        return (None, None, row.updated_at, to_us(row.db_now))
+    return (row.tokens, row.tat, row.updated_at, to_us(row.db_now))
+
+
+def _gcra_state(tokens: float | None, tat: datetime | None) -> tuple[int, int] | None:
+    return None if tat is None or tokens is None else (to_us(tat), int(tokens))
 
 
 def sql_token_bucket(
@@ -60,7 +70,7 @@ def sql_token_bucket(
 ) -> tuple[bool, float, float | None]:
     """Take (or, with ``refund``, give back) ``count`` tokens: ``(allowed, tokens, retry_us)``."""
     with transaction(engine) as conn:
-        tokens, updated_at, now_us = _lock_row(
+        tokens, _, updated_at, now_us = _lock_row(
             conn,
             name,
             kind="token_bucket",
@@ -89,7 +99,7 @@ def sql_token_bucket(
 def sql_gcra(engine: Engine, name: str, *, limit: int, window_us: int) -> tuple[bool, float, float]:
     """One GCRA acquire: ``(allowed, remaining, retry_us)``."""
     with transaction(engine) as conn:
-        tat, _, now_us = _lock_row(
+        rem, tat, _, now_us = _lock_row(
             conn,
             name,
             kind="gcra",
@@ -97,12 +107,12 @@ def sql_gcra(engine: Engine, name: str, *, limit: int, window_us: int) -> tuple[
             refill_per_second=limit * 1000000.0 / window_us,
             window_s=window_us / 1000000.0,
         )
-        result = gcra_step(tat, now_us, limit=limit, window_us=window_us)
+        result = gcra_step(_gcra_state(rem, tat), now_us, limit=limit, window_us=window_us)
         if result.allowed:
             conn.execute(
                 q.bucket_store(
                     name,
-                    tokens=result.tat_us,
+                    tokens=float(result.tat_rem),
                     updated_at=from_us(now_us),
                     tat=from_us(result.tat_us),
                 )
@@ -115,7 +125,7 @@ def sql_log(
 ) -> tuple[bool, float, float, str | None]:
     """One log-style acquire: ``(allowed, remaining, retry_us, request_id)``."""
     with transaction(engine) as conn:
-        _, _, now_us = _lock_row(
+        _, _, _, now_us = _lock_row(
             conn,
             name,
             kind="log",
@@ -141,14 +151,24 @@ def sql_log(
         return (allowed, remaining, retry, request_id)
 
 
-def sql_read(engine: Engine, name: str) -> tuple[str | None, float | None, int | None, int]:
-    """A bucket's stored state for peek: ``(kind, tokens, updated_us, now_us)``, no lock."""
+def sql_read(
+    engine: Engine, name: str, kind: str
+) -> tuple[float | None, int | None, tuple[int, int] | None, int]:
+    """Stored state for peek, no lock: ``(tokens, updated_us, gcra_tat, now_us)``.
+
+    Everything but ``now_us`` is ``None`` when there is no row of ``kind``.
+    """
     with transaction(engine, readonly=True) as conn:
         row = conn.execute(q.bucket_read(conn.dialect.name, name)).one_or_none()
-        if row is None:
+        if row is None or row.kind != kind:
             now = conn.execute(q.now_only(conn.dialect.name)).scalar_one()
             return (None, None, None, to_us(now))
-        return (row.kind, row.tokens, to_us(row.updated_at), to_us(row.db_now))
+        return (
+            row.tokens,
+            to_us(row.updated_at),
+            _gcra_state(row.tokens, row.tat),
+            to_us(row.db_now),
+        )
 
 
 def sql_window_count(engine: Engine, name: str, window_us: int) -> tuple[int, int | None, int]:

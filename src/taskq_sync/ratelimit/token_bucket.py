@@ -217,9 +217,7 @@ class TokenBucket:
         return self._state("redis", float(tokens))
 
     def _peek_postgres(self, engine: Engine) -> RateLimitState:
-        kind, tokens, updated_us, now_us = _sql.sql_read(engine, self.name)
-        if kind != "token_bucket":
-            tokens = updated_us = None
+        tokens, updated_us, _, now_us = _sql.sql_read(engine, self.name, "token_bucket")
         r = tb_step(
             tokens,
             updated_us,

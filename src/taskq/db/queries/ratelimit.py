@@ -101,7 +101,7 @@ def bucket_lock_upsert(
             "window_s": stmt.excluded.window_s,
         },
     )
-    return stmt.returning(_b.kind, _b.tokens, _b.updated_at, db_now(dialect_name))
+    return stmt.returning(_b.kind, _b.tokens, _b.tat, _b.updated_at, db_now(dialect_name))
 
 
 def bucket_publish(
@@ -138,7 +138,7 @@ def bucket_store(name: str, *, tokens: float, updated_at: datetime, tat: datetim
 
 def bucket_read(dialect_name: str, name: str) -> Select[*tuple[Any, ...]]:
     """A bucket's state and the store's clock, without locking (for peek)."""
-    return select(_b.kind, _b.tokens, _b.updated_at, db_now(dialect_name)).where(
+    return select(_b.kind, _b.tokens, _b.tat, _b.updated_at, db_now(dialect_name)).where(
         _b.bucket_name == name
     )
 
