@@ -29,10 +29,12 @@ __all__ = [
     "RedisUnavailableError",
     "ReservationUnavailable",
     "RetryAfter",
+    "ScheduleToCloseTimeout",
     "SchemaNotReady",
     "ScopeViolation",
     "SingletonCollisionError",
     "Snooze",
+    "StartToCloseTimeout",
     "SubEnqueueError",
     "TaskQError",
     "WaitTimeout",
@@ -263,3 +265,22 @@ class RedisExtraMissing(RedisUnavailableError, ImportError):
     Both a ``RedisUnavailableError`` and an ``ImportError``; the message says to install
     ``taskq-py[redis]``.
     """
+
+
+class StartToCloseTimeout(TaskQError, TimeoutError):
+    """An attempt ran longer than its ``start_to_close``; retried per the actor's policy."""
+
+    def __init__(self, actor: str, job_id: UUID, timeout_s: float) -> None:
+        self.actor = actor
+        self.job_id = job_id
+        self.timeout_s = timeout_s
+        super().__init__(f"job {job_id} ({actor}) exceeded start_to_close of {timeout_s:.3f}s")
+
+
+class ScheduleToCloseTimeout(TaskQError, TimeoutError):
+    """A job's ``schedule_to_close`` (its whole life, retries included) ran out: it fails."""
+
+    def __init__(self, actor: str, job_id: UUID) -> None:
+        self.actor = actor
+        self.job_id = job_id
+        super().__init__(f"job {job_id} ({actor}) exceeded its schedule_to_close deadline")

@@ -24,6 +24,7 @@ from taskq._acompat import asleep
 from taskq.db.dialect import advisory_xact_lock, translate_error
 from taskq.db.engine import transaction
 from taskq.db.queries import jobs as q
+from taskq.db.queries.dispatch import notify_enqueued
 from taskq.exceptions import MaxPendingExceededError, SingletonCollisionError
 from taskq.records import AttemptRecord, EnqueueOutcome, EnqueueRequest, JobRecord
 from taskq.settings import TaskQSettings
@@ -40,7 +41,9 @@ class SqlBackend:
     def __init__(self, engine: AsyncEngine, *, settings: TaskQSettings | None = None) -> None:
         self.engine = engine
         self.dialect: str = engine.dialect.name
-        self._ttl = (settings or TaskQSettings.load()).actor_config_cache_ttl.total_seconds()
+        resolved = settings or TaskQSettings.load()
+        self._ttl = resolved.actor_config_cache_ttl.total_seconds()
+        self._schema = resolved.schema_name
         self._stored_cap: dict[str, tuple[float, int | None]] = {}
 
     async def enqueue(
@@ -78,6 +81,9 @@ class SqlBackend:
         for i, req in enumerate(requests):
             if i not in outcomes:
                 outcomes[i] = await self._enqueue_one(conn, req, caps[req.actor])
+        if self.dialect == "postgresql":  # wake LISTENing workers at commit
+            for queue in sorted({r.queue for r in requests}):
+                await conn.execute(notify_enqueued(self._schema, queue))
         return [outcomes[i] for i in range(len(requests))]
 
     async def _effective_cap(self, conn: AsyncConnection, req: EnqueueRequest) -> int | None:

@@ -8,6 +8,7 @@ import click
 
 from taskq import __version__
 from taskq.cli.migrate import migrate
+from taskq.cli.worker import worker
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -20,3 +21,4 @@ def main(verbose: int) -> None:
 
 
 main.add_command(migrate)
+main.add_command(worker)

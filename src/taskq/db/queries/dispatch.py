@@ -1,0 +1,281 @@
+"""Statement builders for the worker's hot path: claim a batch, finish a batch, wake workers.
+
+Every builder returns a Core statement; the worker executes it. The claim is one
+``UPDATE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED LIMIT n) RETURNING`` on
+Postgres; SQLite runs the same statement without the lock clause (its writers are already
+serialised by ``BEGIN IMMEDIATE``). Finishing is fenced: a row changes only while it is
+still ``running`` under the worker id and attempt number that claimed it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from sqlalchemy import (
+    Float,
+    Integer,
+    Select,
+    Update,
+    and_,
+    bindparam,
+    case,
+    cast,
+    exists,
+    func,
+    literal,
+    literal_column,
+    null,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.sql.elements import ColumnElement
+
+from taskq.db.dialect import now
+from taskq.db.tables import actor_config, job_attempts, jobs, queues
+
+__all__ = [
+    "CLAIM_COLUMNS",
+    "NOTIFY_CHANNEL_PREFIX",
+    "after",
+    "capped_actor_config",
+    "claim_jobs",
+    "finish_jobs",
+    "notify_channel",
+    "notify_enqueued",
+    "queue_modes",
+    "record_attempts",
+    "running_counts",
+]
+
+NOTIFY_CHANNEL_PREFIX: Final = "taskq_jobs_"
+
+CLAIM_COLUMNS: Final = (
+    jobs.c.id,
+    jobs.c.actor,
+    jobs.c.queue,
+    jobs.c.payload,
+    jobs.c.attempt,
+    jobs.c.budget_used,
+    jobs.c.max_attempts,
+    jobs.c.priority,
+    jobs.c.identity_key,
+    jobs.c.metadata,
+    jobs.c.start_to_close_s,
+    jobs.c.schedule_to_close_s,
+    jobs.c.deadline_at,
+    jobs.c.created_at,
+    jobs.c.started_at,
+    jobs.c.cancel_phase,
+    jobs.c.progress_seq,
+)
+"""What a claim returns: everything one attempt needs, so execution reads nothing else."""
+
+_READY: Final = (literal_column("'pending'"), literal_column("'scheduled'"))
+# Literals, not bound parameters: Postgres only uses the partial dispatch index when the
+# predicate visibly implies ``status IN ('pending', 'scheduled')``.
+_RUNNING: Final = literal_column("'running'")
+
+
+def after(dialect_name: str, seconds: ColumnElement[Any]) -> ColumnElement[Any]:
+    """The store's clock plus ``seconds`` (a float SQL expression), as a timestamp expression."""
+    if dialect_name == "postgresql":
+        return func.clock_timestamp() + func.make_interval(0, 0, 0, 0, 0, 0, seconds)
+    return func.strftime("%Y-%m-%d %H:%M:%f", "now", func.printf("%+.6f seconds", seconds))
+
+
+def _seconds(name: str) -> ColumnElement[Any]:
+    return cast(bindparam(name, type_=Float()), Float())
+
+
+def claim_jobs(
+    dialect_name: str,
+    *,
+    queues_: tuple[str, ...],
+    actors: tuple[str, ...],
+    limit: int,
+    skip_running_identities: bool = False,
+) -> Update:
+    """Claim up to ``limit`` ready jobs of ``actors`` on ``queues_`` in one statement.
+
+    Ready: ``pending``/``scheduled`` with ``scheduled_at`` reached, its queue not paused,
+    its actor present in ``actor_config`` and not in drain mode (``max_concurrent = 0``).
+    Order: priority (high first), then ``scheduled_at``, then id. Claimed rows become
+    ``running`` with ``attempt + 1``, ``locked_by = :worker_id`` and a lease of
+    ``:lease_s`` seconds. ``skip_running_identities`` leaves out jobs whose
+    ``(actor, identity_key)`` already has a running job (the ``running_identities``
+    snapshot, read in the same statement before the row locks: best-effort fairness).
+    Parameters: ``worker_id``, ``lease_s``.
+    """
+    running = jobs.alias("running_identities")
+    conditions: list[ColumnElement[bool]] = [
+        jobs.c.status.in_(_READY),
+        jobs.c.queue.in_(queues_),
+        jobs.c.actor.in_(actors),
+        jobs.c.scheduled_at <= now(dialect_name),
+        ~exists().where(queues.c.name == jobs.c.queue, queues.c.paused == literal(True)),
+        exists().where(
+            actor_config.c.actor == jobs.c.actor,
+            or_(actor_config.c.max_concurrent.is_(None), actor_config.c.max_concurrent > 0),
+        ),
+    ]
+    if skip_running_identities:
+        conditions.append(
+            or_(
+                jobs.c.identity_key.is_(None),
+                ~exists().where(
+                    running.c.status == _RUNNING,
+                    running.c.actor == jobs.c.actor,
+                    running.c.identity_key == jobs.c.identity_key,
+                ),
+            )
+        )
+    ready: Select[Any] = (
+        select(jobs.c.id)
+        .where(*conditions)
+        .order_by(jobs.c.priority.desc(), jobs.c.scheduled_at, jobs.c.id)
+        .limit(limit)
+    )
+    if dialect_name == "postgresql":
+        ready = ready.with_for_update(skip_locked=True, of=jobs)
+    ts = now(dialect_name)
+    return (
+        update(jobs)
+        .where(jobs.c.id.in_(ready.scalar_subquery()))
+        .values(
+            status=_RUNNING,
+            attempt=jobs.c.attempt + 1,
+            locked_by=bindparam("worker_id", type_=jobs.c.locked_by.type),
+            lease_expires_at=after(dialect_name, _seconds("lease_s")),
+            started_at=ts,
+            updated_at=ts,
+            progress_seq=jobs.c.progress_seq + 1,
+        )
+        .returning(*CLAIM_COLUMNS)
+    )
+
+
+def _fence() -> ColumnElement[bool]:
+    return and_(
+        jobs.c.id == bindparam("b_id", type_=jobs.c.id.type),
+        jobs.c.locked_by == bindparam("b_worker", type_=jobs.c.locked_by.type),
+        jobs.c.attempt == bindparam("b_attempt", type_=jobs.c.attempt.type),
+        jobs.c.status == _RUNNING,
+    )
+
+
+def record_attempts(dialect_name: str) -> Any:
+    """INSERT one ``job_attempts`` row per finished attempt, only while the claim still holds.
+
+    Run with executemany before :func:`finish_jobs` in the same transaction. The source row
+    is read ``FOR UPDATE`` on Postgres, so the fenced update that follows cannot miss.
+    Parameters per row: ``b_id``, ``b_worker``, ``b_attempt``, ``b_outcome``,
+    ``b_error_class``, ``b_error``, ``b_traceback``.
+    """
+    source: Select[Any] = select(
+        jobs.c.id,
+        jobs.c.attempt,
+        jobs.c.locked_by,
+        bindparam("b_outcome", type_=job_attempts.c.outcome.type),
+        bindparam("b_error_class", type_=job_attempts.c.error_class.type),
+        bindparam("b_error", type_=job_attempts.c.error.type),
+        bindparam("b_traceback", type_=job_attempts.c.traceback.type),
+        func.coalesce(jobs.c.started_at, now(dialect_name)),
+        now(dialect_name),
+    ).where(_fence())
+    if dialect_name == "postgresql":
+        source = source.with_for_update()
+    return job_attempts.insert().from_select(
+        [
+            job_attempts.c.job_id,
+            job_attempts.c.attempt,
+            job_attempts.c.worker_id,
+            job_attempts.c.outcome,
+            job_attempts.c.error_class,
+            job_attempts.c.error,
+            job_attempts.c.traceback,
+            job_attempts.c.started_at,
+            job_attempts.c.finished_at,
+        ],
+        source,
+    )
+
+
+def finish_jobs(dialect_name: str) -> Update:
+    """The fenced write that ends an attempt (executemany: one parameter set per job).
+
+    ``b_status`` is the row's next status: a terminal one (``succeeded``, ``failed``,
+    ``cancelled``) or ``scheduled``/``pending`` to run again after ``b_delay_s`` seconds
+    (NULL keeps ``scheduled_at``). ``b_budget`` (0/1) is added to ``budget_used``.
+    ``b_ttl_s`` (NULL = keep forever) sets ``result_expires_at``. The claim's lease and
+    lock are cleared either way. Also takes the :func:`record_attempts` fence parameters.
+    """
+    ts = now(dialect_name)
+    status = bindparam("b_status", type_=jobs.c.status.type)
+    delay = _seconds("b_delay_s")
+    ttl = _seconds("b_ttl_s")
+    terminal = or_(
+        *(status == literal_column(f"'{s}'") for s in ("succeeded", "failed", "cancelled"))
+    )
+    return (
+        update(jobs)
+        .where(_fence())
+        .values(
+            status=status,
+            result=bindparam("b_result", type_=jobs.c.result.type),
+            error_class=bindparam("b_error_class", type_=jobs.c.error_class.type),
+            error=bindparam("b_error", type_=jobs.c.error.type),
+            budget_used=jobs.c.budget_used + bindparam("b_budget", type_=jobs.c.budget_used.type),
+            scheduled_at=case(
+                (delay.is_(None), jobs.c.scheduled_at), else_=after(dialect_name, delay)
+            ),
+            finished_at=case((terminal, ts), else_=null()),
+            result_expires_at=case((ttl.is_(None), null()), else_=after(dialect_name, ttl)),
+            locked_by=null(),
+            lease_expires_at=null(),
+            cancel_phase=case((terminal, jobs.c.cancel_phase), else_=literal(0)),
+            progress=case(
+                (
+                    bindparam("b_has_progress", type_=Integer()) == 1,
+                    bindparam("b_progress", type_=jobs.c.progress.type),
+                ),
+                else_=jobs.c.progress,
+            ),
+            progress_seq=jobs.c.progress_seq + 1,
+            updated_at=ts,
+        )
+    )
+
+
+def running_counts(actors: tuple[str, ...]) -> Select[Any]:
+    """Running jobs per actor, for the per-round ``max_concurrent`` damper."""
+    return (
+        select(jobs.c.actor, func.count())
+        .where(jobs.c.status == _RUNNING, jobs.c.actor.in_(actors))
+        .group_by(jobs.c.actor)
+    )
+
+
+def capped_actor_config(actors: tuple[str, ...]) -> Select[Any]:
+    """Stored ``max_concurrent`` of ``actors`` that have one (NULL = uncapped, not listed)."""
+    return select(actor_config.c.actor, actor_config.c.max_concurrent).where(
+        actor_config.c.actor.in_(actors), actor_config.c.max_concurrent.is_not(None)
+    )
+
+
+def queue_modes(names: tuple[str, ...]) -> Select[Any]:
+    """``(name, mode)`` of the listed queues that have a ``queues`` row."""
+    return select(queues.c.name, queues.c.mode).where(queues.c.name.in_(names))
+
+
+def notify_channel(schema: str) -> str:
+    """The LISTEN/NOTIFY channel for a schema (one per schema so deployments do not cross)."""
+    return f"{NOTIFY_CHANNEL_PREFIX}{schema}"
+
+
+def notify_enqueued(schema: str, queue: str) -> Select[Any]:
+    """``SELECT pg_notify(channel, queue)``: run it in the enqueue transaction (Postgres only).
+
+    Delivered at commit, so a worker never wakes for a job it cannot see yet.
+    """
+    return select(func.pg_notify(notify_channel(schema), queue))

@@ -1,0 +1,290 @@
+"""One attempt, start to end: validate, acquire, inject, run under timeouts, classify.
+
+:func:`execute` never raises for anything the actor does: every ending becomes an
+:class:`~taskq.worker.state.Outcome` (succeeded, retry, snooze, failed, cancelled, or a
+release back to the queue when this worker interrupted the attempt itself).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import traceback as tb
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import structlog
+
+from taskq.context import JobContext
+from taskq.exceptions import ReservationUnavailable, ScheduleToCloseTimeout, StartToCloseTimeout
+from taskq.retry import decide_retry
+from taskq.worker.cancel import CANCEL_ABANDONED, CANCELLED_COOPERATIVELY, CANCELLED_FORCED
+from taskq.worker.state import Outcome, RunningJob
+
+__all__ = ["AttemptEnv", "execute"]
+
+_log = structlog.get_logger("taskq.worker")
+_TRACEBACK_LIMIT = 4000
+
+
+class AttemptEnv:
+    """What an attempt needs from its worker, injected so this module stays I/O-free.
+
+    ``run_sync`` runs a sync actor's call in a tracked thread; ``kwargs_for`` resolves DI;
+    ``acquire``/``release`` wrap the rate-limit registry (``None`` when no actor needs it);
+    ``progress_sink`` builds a job's progress sink; ``sub_jobs`` is ``ctx.jobs``.
+    """
+
+    def __init__(
+        self,
+        *,
+        run_sync: Callable[[RunningJob, Callable[[], Any]], Awaitable[Any]],
+        kwargs_for: Callable[[RunningJob], Awaitable[dict[str, object]]],
+        acquire: Callable[[RunningJob, Any], Awaitable[Any]] | None,
+        release: Callable[[Any], Awaitable[None]] | None,
+        progress_sink: Callable[[RunningJob], Any] | None,
+        sub_jobs: Any,
+        default_start_to_close: timedelta | None,
+        lock_lease_s: float,
+        hold_s: Callable[[], float],
+    ) -> None:
+        self.run_sync = run_sync
+        self.kwargs_for = kwargs_for
+        self.acquire = acquire
+        self.release = release
+        self.progress_sink = progress_sink
+        self.sub_jobs = sub_jobs
+        self.default_start_to_close = default_start_to_close
+        self.lock_lease_s = lock_lease_s
+        self.hold_s = hold_s
+
+
+def _summary(exc: BaseException) -> str:
+    text = "".join(tb.format_exception(exc))
+    return text if len(text) <= _TRACEBACK_LIMIT else "..." + text[-_TRACEBACK_LIMIT:]
+
+
+def _timeout_s(job: RunningJob, env: AttemptEnv) -> float | None:
+    row = job.row
+    if row.get("start_to_close_s") is not None:
+        start_to_close: float | None = float(row["start_to_close_s"])
+    elif job.ref.start_to_close is not None:
+        start_to_close = job.ref.start_to_close.total_seconds()
+    elif env.default_start_to_close is not None:
+        start_to_close = env.default_start_to_close.total_seconds()
+    else:
+        start_to_close = None
+    deadline: datetime | None = row.get("deadline_at")
+    if deadline is None:
+        return start_to_close
+    left = (deadline - datetime.now(UTC)).total_seconds()
+    return left if start_to_close is None else min(start_to_close, left)
+
+
+def _build_ctx(job: RunningJob, payload: Any, env: AttemptEnv) -> JobContext[Any]:
+    ref = job.ref
+    ctx: JobContext[Any] = JobContext(
+        job_id=job.id,
+        actor=ref.name,
+        queue=job.row["queue"],
+        attempt=job.attempt,
+        worker_id=job.worker_id,
+        payload=payload,
+        jobs=env.sub_jobs,
+        cancel_event=job.cancel_event,
+        progress_sink=env.progress_sink(job) if env.progress_sink is not None else None,
+        _abort=job.abort_flag,
+    )
+    return ctx
+
+
+async def _invoke(job: RunningJob, payload: Any, env: AttemptEnv) -> Any:
+    ref = job.ref
+    deps = await env.kwargs_for(job) if ref.dependencies else {}
+    args: tuple[Any, ...] = (payload, job.ctx) if ref.wants_ctx else (payload,)
+    if ref.is_sync:
+        fn = ref.fn
+        return await env.run_sync(job, lambda: fn(*args, **deps))
+    return await ref.fn(*args, **deps)
+
+
+async def execute(job: RunningJob, env: AttemptEnv) -> Outcome:
+    """Run one claimed attempt and return how it ended (never raises for actor errors)."""
+    ref = job.ref
+    acquired: Any = None
+    timed_out = False
+    try:
+        payload = ref.validate_payload(job.row["payload"])
+        if ref.wants_ctx:
+            job.ctx = _build_ctx(job, payload, env)
+        if job.cancel_reason is not None:
+            job.request_cancel(job.cancel_reason)
+        timeout = _timeout_s(job, env)
+        if timeout is not None and timeout <= 0:
+            raise ScheduleToCloseTimeout(ref.name, job.id)
+        if env.acquire is not None and (ref.rate_limits or ref.reservations):
+            acquired = await env.acquire(job, payload)
+        limit = asyncio.timeout(timeout)
+        try:
+            async with limit:
+                result = await _invoke(job, payload, env)
+        except TimeoutError:
+            if not limit.expired():
+                raise
+            timed_out = True
+            raise StartToCloseTimeout(ref.name, job.id, timeout or 0.0) from None
+        dumped = ref.dump_result(result)
+        ttl_s = _result_ttl(job)
+        return Outcome(
+            job, "succeeded", "succeeded", result=dumped, result_value=result, ttl_s=ttl_s
+        )
+    except asyncio.CancelledError as exc:
+        return _cancelled(job, exc, env)
+    except ReservationUnavailable as exc:
+        return Outcome(
+            job,
+            "snooze",
+            "snoozed",
+            error_class=type(exc).__name__,
+            error=str(exc),
+            delay_s=exc.retry_after.total_seconds(),
+        )
+    except Exception as exc:
+        if job.cancel_reason == "job":
+            return _cancelled(job, exc, env)
+        return _failure(job, exc, timed_out)
+    finally:
+        if acquired is not None and env.release is not None:
+            try:
+                await env.release(acquired)
+            except Exception as exc:
+                _log.warning(
+                    "worker-release-failed",
+                    job_id=str(job.id),
+                    actor=ref.name,
+                    attempt=job.attempt,
+                    error=repr(exc),
+                )
+
+
+def _result_ttl(job: RunningJob) -> float | None:
+    stored = job.row.get("_result_ttl_s", "unset")
+    if stored != "unset":
+        return None if stored is None else float(stored)
+    ttl = job.ref.result_ttl
+    return ttl.total_seconds() if ttl is not None else None
+
+
+def _cancelled(job: RunningJob, exc: BaseException, env: AttemptEnv) -> Outcome:
+    if job.cancel_reason in ("shutdown", "isolated"):
+        hold = env.hold_s() if job.thread_alive() else None
+        return Outcome(
+            job,
+            "release",
+            "retried",
+            error_class="WorkerShutdown" if job.cancel_reason == "shutdown" else "WorkerIsolated",
+            error="attempt interrupted by the worker; released to the queue",
+            hold_s=hold,
+        )
+    if job.cancel_reason == "job":
+        if job.cancel_phase >= 3:
+            error_class = CANCEL_ABANDONED
+        elif job.forced and not job.ref.is_sync:
+            error_class = CANCELLED_FORCED
+        else:
+            error_class = CANCELLED_COOPERATIVELY
+        return Outcome(
+            job,
+            "cancelled",
+            "cancelled",
+            error_class=error_class,
+            error="job cancelled",
+            traceback=None if isinstance(exc, asyncio.CancelledError) else _summary(exc),
+        )
+    # The actor raised CancelledError without anyone asking: treat it as an error.
+    return _failure(job, exc, False)
+
+
+def _failure(job: RunningJob, exc: BaseException, timed_out: bool) -> Outcome:
+    ref = job.ref
+    row = job.row
+    if isinstance(exc, ScheduleToCloseTimeout):
+        return Outcome(
+            job,
+            "failed",
+            "failed",
+            error_class=type(exc).__name__,
+            error=str(exc),
+            budget=1,
+            exception=exc,
+        )
+    created: datetime | None = row.get("created_at")
+    elapsed = datetime.now(UTC) - created if created is not None else timedelta(0)
+    stc = row.get("schedule_to_close_s")
+    decision = decide_retry(
+        ref.retry,
+        exc,
+        attempt=job.attempt,
+        budget_used=int(row.get("budget_used") or 0),
+        elapsed=elapsed,
+        schedule_to_close=timedelta(seconds=stc) if stc is not None else None,
+        non_retryable_exceptions=ref.non_retryable_exceptions,
+        retry_classifier=ref.retry_classifier,
+        rng=random,
+    )
+    max_attempts = row.get("max_attempts")
+    if (
+        decision.action == "retry"
+        and max_attempts is not None
+        and ref.retry.kind == "transient"
+        and int(row.get("budget_used") or 0) + (1 if decision.consume_budget else 0) >= max_attempts
+    ):
+        decision = type(decision)("fail", None, decision.consume_budget, "exhausted")
+    deadline: datetime | None = row.get("deadline_at")
+    if (
+        decision.action != "fail"
+        and deadline is not None
+        and decision.delay is not None
+        and datetime.now(UTC) + decision.delay > deadline
+    ):
+        decision = type(decision)("fail", None, decision.consume_budget, "schedule_to_close")
+    error_class = type(exc).__name__
+    text = str(exc) or error_class
+    summary = None if decision.action == "snooze" else _summary(exc)
+    budget = 1 if decision.consume_budget else 0
+    delay_s = decision.delay.total_seconds() if decision.delay is not None else None
+    if decision.action == "snooze":
+        return Outcome(
+            job, "snooze", "snoozed", error_class=error_class, error=text, delay_s=delay_s
+        )
+    if decision.action == "retry":
+        return Outcome(
+            job,
+            "retry",
+            "retried",
+            error_class=error_class,
+            error=text,
+            traceback=summary,
+            delay_s=delay_s,
+            budget=budget,
+        )
+    _log.info(
+        "job-failed",
+        job_id=str(job.id),
+        actor=ref.name,
+        attempt=job.attempt,
+        error_class=error_class,
+        reason=decision.reason,
+        timed_out=timed_out,
+    )
+    return Outcome(
+        job,
+        "failed",
+        "failed",
+        error_class=error_class,
+        error=text,
+        traceback=summary,
+        budget=budget,
+        exception=exc,
+    )

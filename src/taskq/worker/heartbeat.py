@@ -1,0 +1,108 @@
+"""Liveness: renew leases, stamp the worker row, and walk away when the store is gone.
+
+Every ``heartbeat_interval`` one transaction stamps the worker row, extends the lease of
+every claimed row this worker still holds (to now + ``lock_lease``) and the leases of
+the reservation slots those jobs hold. When heartbeats keep failing for longer than the
+lock lease, the sweep elsewhere may already have handed this worker's rows to someone
+else: :meth:`Heartbeat.isolate_self` stops every local attempt instead of finishing
+work that is no longer ours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from uuid import UUID
+
+import structlog
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from taskq.db.engine import transaction
+from taskq.db.queries import worker as wq
+from taskq.worker.dispatch import Dispatcher
+
+__all__ = ["Heartbeat"]
+
+_log = structlog.get_logger("taskq.worker.heartbeat")
+
+
+class Heartbeat:
+    """The heartbeat loop of one worker."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        dispatcher: Dispatcher,
+        *,
+        worker_id: UUID,
+        interval_s: float,
+        lease_s: float,
+        grace_s: float,
+        renew_slots: bool,
+        after_beat: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self._engine = engine
+        self._dispatcher = dispatcher
+        self._worker_id = worker_id
+        self._interval = interval_s
+        self._lease = lease_s
+        self._grace = grace_s
+        self._renew_slots = renew_slots
+        self._after_beat = after_beat
+        self.status = "running"
+        self.last_ok = time.monotonic()
+        self.isolated = False
+        dialect = engine.dialect.name
+        self._beat = wq.heartbeat_worker(dialect, worker_id, "running")
+        self._leases = wq.renew_job_leases(dialect, worker_id, lease_s)
+        self._slots = wq.renew_slot_leases(dialect, worker_id)
+        self._dialect = dialect
+
+    async def beat(self) -> None:
+        """One heartbeat transaction (raises on a store error)."""
+        ids = list(self._dispatcher.inflight)
+        async with transaction(self._engine) as conn:
+            await conn.execute(wq.heartbeat_worker(self._dialect, self._worker_id, self.status))
+            if ids:
+                await conn.execute(self._leases, {"ids": ids})
+                if self._renew_slots:
+                    await conn.execute(self._slots, {"ids": ids})
+        self.last_ok = time.monotonic()
+        if self.isolated:
+            _log.warning("worker-rejoined", worker_id=str(self._worker_id))
+            self.isolated = False
+
+    async def run(self) -> None:
+        """Beat forever (until cancelled); isolate when the store is gone past the lease."""
+        while True:
+            try:
+                await self.beat()
+                if self._after_beat is not None:
+                    await self._after_beat()
+            except (DBAPIError, SQLAlchemyError, OSError) as exc:
+                silent = time.monotonic() - self.last_ok
+                _log.warning("worker-heartbeat-failed", error=str(exc), silent_s=round(silent, 3))
+                if silent > self._lease and not self.isolated:
+                    await self.isolate_self()
+            await asyncio.sleep(self._interval)
+
+    async def isolate_self(self) -> None:
+        """Stop every local attempt: the store has been unreachable for longer than the lease.
+
+        Attempts get the shutdown cancel stamp and their tasks are cancelled; the join is
+        bounded by the cancellation and cleanup graces. Their releases are queued like any
+        outcome: fenced, they change nothing if the rows already moved on. A sync actor's
+        thread that is still running keeps its row held until the lease-expiry backstop.
+        """
+        self.isolated = True
+        jobs = list(self._dispatcher.running.values())
+        _log.error("worker-isolated", worker_id=str(self._worker_id), running=len(jobs))
+        for job in jobs:
+            job.request_cancel("isolated")
+            job.cancel_reason = "isolated"
+            job.force_cancel()
+        tasks = [job.task for job in jobs if job.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=self._grace)

@@ -1,0 +1,214 @@
+"""The completer: write attempt outcomes in batches, then run the post-commit hooks.
+
+Per-job transactions cap a worker at the database's single-statement transaction rate,
+so outcomes queue here and one transaction writes everything that accumulated while the
+previous one was in flight: an executemany of fenced ``job_attempts`` inserts and one of
+fenced ``jobs`` updates. A write whose fence no longer holds (the lease was swept and the
+row moved on) changes nothing. A failed flush is retried with backoff; an outcome older
+than the lock lease is dropped, because the sweep has (or will have) reclaimed its row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Callable
+from typing import Any
+from uuid import UUID
+
+import structlog
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from taskq.db.engine import transaction
+from taskq.db.queries import dispatch as dq
+from taskq.db.queries import worker as wq
+from taskq.worker.state import Outcome
+
+__all__ = ["Completer", "run_hook"]
+
+_log = structlog.get_logger("taskq.worker")
+_MAX_BATCH = 1000
+
+
+async def run_hook(name: str, fn: Callable[..., Any], timeout: float, *args: Any) -> None:
+    """Call a user hook bounded by ``timeout``; its failure is logged, never raised."""
+    try:
+        async with asyncio.timeout(timeout):
+            value = fn(*args)
+            if inspect.isawaitable(value):
+                await value
+    except TimeoutError:
+        _log.warning("worker-hook-timeout", hook=name, timeout=timeout)
+    except Exception as exc:
+        _log.warning("worker-hook-failed", hook=name, error=repr(exc))
+
+
+class Completer:
+    """Batches outcomes into fenced writes; ``on_written`` is called per committed outcome."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        worker_id: UUID,
+        *,
+        lock_lease_s: float,
+        on_written: Callable[[Outcome], None],
+    ) -> None:
+        self._engine = engine
+        self._dialect = engine.dialect.name
+        self._worker_id = worker_id
+        self._lease_s = lock_lease_s
+        self._on_written = on_written
+        self._buffer: list[Outcome] = []
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._hooks: set[asyncio.Task[None]] = set()
+        self._record = dq.record_attempts(self._dialect)
+        self._finish = dq.finish_jobs(self._dialect)
+        self._release = wq.release_jobs(self._dialect)
+
+    def submit(self, outcome: Outcome) -> None:
+        """Queue an outcome for the next flush."""
+        self._buffer.append(outcome)
+        self._idle.clear()
+        self._wake.set()
+
+    @property
+    def pending(self) -> int:
+        """Outcomes not yet committed."""
+        return len(self._buffer)
+
+    async def drained(self) -> None:
+        """Return once every submitted outcome is committed (or dropped)."""
+        await self._idle.wait()
+
+    async def run(self) -> None:
+        """Flush forever (until cancelled)."""
+        backoff = 0.05
+        while True:
+            if not self._buffer:
+                self._idle.set()
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            batch = self._buffer[:_MAX_BATCH]
+            try:
+                await self._write(batch)
+            except (DBAPIError, SQLAlchemyError, OSError) as exc:
+                _log.warning("worker-complete-failed", error=str(exc), batch=len(batch))
+                self._drop_stale()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+                continue
+            backoff = 0.05
+            del self._buffer[: len(batch)]
+            for outcome in batch:
+                self._after_commit(outcome)
+
+    def _drop_stale(self) -> None:
+        now = time.monotonic()
+        keep: list[Outcome] = []
+        for outcome in self._buffer:
+            if now - outcome.created_mono > self._lease_s:
+                _log.warning(
+                    "worker-outcome-dropped",
+                    job_id=str(outcome.job.id),
+                    actor=outcome.job.ref.name,
+                    attempt=outcome.job.attempt,
+                    outcome=outcome.kind,
+                )
+                self._on_written(outcome)
+            else:
+                keep.append(outcome)
+        self._buffer[:] = keep
+
+    def _params(self, outcome: Outcome) -> dict[str, Any]:
+        job = outcome.job
+        return {
+            "b_id": job.id,
+            "b_worker": self._worker_id,
+            "b_attempt": job.attempt,
+            "b_outcome": outcome.attempt_outcome,
+            "b_error_class": outcome.error_class,
+            "b_error": outcome.error,
+            "b_traceback": outcome.traceback,
+        }
+
+    async def _write(self, batch: list[Outcome]) -> None:
+        records: list[dict[str, Any]] = []
+        finishes: list[dict[str, Any]] = []
+        releases: list[dict[str, Any]] = []
+        for outcome in batch:
+            params = self._params(outcome)
+            records.append(params)
+            if outcome.kind == "release":
+                releases.append({**params, "b_hold_s": outcome.hold_s})
+                continue
+            job = outcome.job
+            finishes.append(
+                {
+                    **params,
+                    "b_status": outcome.row_status,
+                    "b_result": outcome.result,
+                    "b_budget": outcome.budget,
+                    "b_delay_s": outcome.delay_s,
+                    "b_ttl_s": outcome.ttl_s,
+                    "b_has_progress": 1 if job.progress is not None else 0,
+                    "b_progress": job.progress,
+                }
+            )
+        async with transaction(self._engine) as conn:
+            await conn.execute(self._record, records)
+            if finishes:
+                await conn.execute(self._finish, finishes)
+            if releases:
+                await conn.execute(self._release, releases)
+
+    def _after_commit(self, outcome: Outcome) -> None:
+        job = outcome.job
+        ref = job.ref
+        _log.debug(
+            "job-finished",
+            job_id=str(job.id),
+            actor=ref.name,
+            attempt=job.attempt,
+            outcome=outcome.kind,
+            error_class=outcome.error_class,
+        )
+        self._on_written(outcome)
+        row = {**job.row, "status": outcome.row_status, "error_class": outcome.error_class}
+        if outcome.kind == "succeeded" and ref.on_success is not None:
+            self._spawn(
+                run_hook(
+                    "on_success", ref.on_success, ref.on_success_timeout, row, outcome.result_value
+                )
+            )
+        elif (
+            outcome.kind == "failed"
+            and ref.on_retry_exhausted is not None
+            and outcome.exception is not None
+        ):
+            self._spawn(
+                run_hook(
+                    "on_retry_exhausted",
+                    ref.on_retry_exhausted,
+                    ref.on_retry_exhausted_timeout,
+                    row,
+                    outcome.exception,
+                )
+            )
+        elif outcome.kind == "cancelled" and ref.on_cancel is not None:
+            self._spawn(run_hook("on_cancel", ref.on_cancel, ref.on_cancel_timeout, row))
+
+    def _spawn(self, coro: Any) -> None:
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
+        self._hooks.add(task)
+        task.add_done_callback(self._hooks.discard)
+
+    async def wait_hooks(self, timeout: float) -> None:
+        """Give running hooks up to ``timeout`` seconds (used at shutdown)."""
+        if self._hooks:
+            await asyncio.wait(list(self._hooks), timeout=timeout)

@@ -1,0 +1,467 @@
+"""``worker_main``: boot a worker process, run its loops, and shut it down in phases.
+
+Boot: sync ``actor_config`` (seed-only capacity fields), register the worker row, open
+the DI container, register actor-declared rate-limit primitives. Run: the claim loop, the
+completer, the heartbeat (with leader renewal), the cancel poll, the leader's sweep, the
+progress flush and, on Postgres, the LISTEN connection. Stop: see
+:mod:`taskq.worker.shutdown`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
+from uuid import UUID
+
+import structlog
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from taskq import __version__
+from taskq._ids import new_uuid
+from taskq.actor import ActorRef, registered_actors
+from taskq.actor_config_ops import sync_actor_config
+from taskq.db.dialect import async_url
+from taskq.db.engine import make_engine, transaction
+from taskq.db.queries import worker as wq
+from taskq.di import Container, ProviderRegistry
+from taskq.exceptions import ProgressTooLarge
+from taskq.settings import WorkerSettings
+from taskq.worker.cancel import CancelController
+from taskq.worker.dispatch import Dispatcher, run_sync_actor_tracked
+from taskq.worker.execute import AttemptEnv
+from taskq.worker.heartbeat import Heartbeat
+from taskq.worker.leader import LeaderLease
+from taskq.worker.notify import Listener
+from taskq.worker.shutdown import WATCHDOG_TAIL_S, Phase, ShutdownState, Watchdog
+from taskq.worker.state import Outcome, RunningJob
+from taskq.worker.sweep import Sweeper
+
+__all__ = ["Worker", "resolve_actors", "worker_main"]
+
+_log = structlog.get_logger("taskq.worker")
+_CANCEL_POLL_S = 0.5
+
+
+def resolve_actors(
+    actor_registry: Mapping[str, ActorRef[Any, Any]] | Iterable[ActorRef[Any, Any]] | None,
+) -> dict[str, ActorRef[Any, Any]]:
+    """The worker's actors by name: a mapping, an iterable of refs, or (``None``) every
+    actor imported in this process."""
+    if actor_registry is None:
+        return registered_actors()
+    if isinstance(actor_registry, Mapping):
+        refs = list(actor_registry.values())
+    else:
+        refs = list(actor_registry)
+    out: dict[str, ActorRef[Any, Any]] = {}
+    for ref in refs:
+        if not isinstance(ref, ActorRef):
+            raise TypeError(f"actor registry entries must be ActorRef objects, got {ref!r}")
+        out[ref.name] = ref
+    return out
+
+
+class Worker:
+    """One worker process's runtime (``await Worker(...).run()`` returns its exit code)."""
+
+    def __init__(
+        self,
+        *,
+        settings: WorkerSettings,
+        actors: Mapping[str, ActorRef[Any, Any]],
+        rate_limit_registry: Any = None,
+        di_registry: ProviderRegistry | None = None,
+        engine: AsyncEngine | None = None,
+    ) -> None:
+        if not actors:
+            raise ValueError("a worker needs at least one actor")
+        self.settings = settings
+        self.actors = dict(actors)
+        self.worker_id: UUID = new_uuid()
+        self.state = ShutdownState()
+        self._own_engine = engine is None
+        self.engine = engine or make_engine(settings.effective_database_url, settings=settings)
+        self._rl = rate_limit_registry
+        self._di = di_registry
+        self._container: Container | None = None
+        self._changed = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._log = _log.bind(worker_id=str(self.worker_id))
+        self.wake = asyncio.Event()
+        s = settings
+        self.dispatcher = Dispatcher(
+            engine=self.engine,
+            settings=s,
+            worker_id=self.worker_id,
+            actors=self.actors,
+            env_factory=self._env,
+            wake=self.wake,
+        )
+        self.leader = LeaderLease(self.engine, self.worker_id, s.lock_lease.total_seconds())
+        self.sweeper = Sweeper(self.engine, self.actors)
+        self.canceller = CancelController(
+            self.engine,
+            self.worker_id,
+            cancellation_grace_s=s.cancellation_grace_period.total_seconds(),
+            cleanup_grace_s=s.cleanup_grace_period.total_seconds(),
+            submit=self._abandon,
+        )
+        self.heartbeat = Heartbeat(
+            self.engine,
+            self.dispatcher,
+            worker_id=self.worker_id,
+            interval_s=s.heartbeat_interval.total_seconds(),
+            lease_s=s.lock_lease.total_seconds(),
+            grace_s=(s.cancellation_grace_period + s.cleanup_grace_period).total_seconds() + 1.0,
+            renew_slots=any(ref.reservations for ref in self.actors.values()),
+            after_beat=self._after_beat,
+        )
+
+    # -- wiring ---------------------------------------------------------------------
+
+    def _env(self, dispatcher: Dispatcher) -> AttemptEnv:
+        needs_rl = any(ref.rate_limits or ref.reservations for ref in self.actors.values())
+        return AttemptEnv(
+            run_sync=lambda job, call: run_sync_actor_tracked(job, call, dispatcher.executor),
+            kwargs_for=self._kwargs_for,
+            acquire=self._acquire if needs_rl else None,
+            release=self._release if needs_rl else None,
+            progress_sink=self._progress_sink,
+            sub_jobs=self._sub_jobs(),
+            default_start_to_close=self.settings.default_start_to_close,
+            lock_lease_s=self.settings.lock_lease.total_seconds(),
+            hold_s=self._hold_s,
+        )
+
+    def _sub_jobs(self) -> Any:
+        try:
+            from taskq.backends.sql import SqlBackend
+            from taskq.client import JobsClient
+        except ImportError:  # pragma: no cover - the producer side is part of the package
+            return None
+        return JobsClient(SqlBackend(self.engine, settings=self.settings), settings=self.settings)
+
+    async def _kwargs_for(self, job: RunningJob) -> dict[str, object]:
+        if self._container is None:
+            raise RuntimeError(f"actor {job.ref.name!r} declares dependencies but no di_registry")
+        async with self._container.invocation() as inv:
+            return await inv.kwargs_for(job.ref)
+
+    async def _acquire(self, job: RunningJob, payload: Any) -> Any:
+        registry = self._rl
+        if registry is None:
+            return None
+        return await registry.acquire_for_actor(
+            job.ref, payload, job_id=job.id, worker_id=self.worker_id, pg_pool=self.engine
+        )
+
+    async def _release(self, acquired: Any) -> None:
+        if self._rl is not None and acquired:
+            await self._rl.release_for_actor(
+                acquired, worker_id=self.worker_id, pg_pool=self.engine
+            )
+
+    def _progress_sink(self, job: RunningJob) -> Callable[..., Awaitable[None]]:
+        limit = self.settings.progress_data_max_bytes
+
+        async def sink(**fields: Any) -> None:
+            data = fields.get("data")
+            if data is not None:
+                size = len(json.dumps(data).encode())
+                if size > limit:
+                    raise ProgressTooLarge(size, limit)
+            state = dict(job.progress or {})
+            state.update({k: v for k, v in fields.items() if v is not None})
+            job.progress = state
+            job.progress_dirty = True
+
+        return sink
+
+    def _hold_s(self) -> float:
+        s = self.settings
+        started = self.state.started_mono or time.monotonic()
+        left = s.termination_grace_period.total_seconds() - (time.monotonic() - started)
+        return max(0.0, min(left + WATCHDOG_TAIL_S, s.lock_lease.total_seconds()))
+
+    def _abandon(self, outcome: Outcome) -> None:
+        self.dispatcher.detach(outcome.job)
+        self.dispatcher.completer.submit(outcome)
+
+    async def _after_beat(self) -> None:
+        if self.state.phase < Phase.CANCELLING:
+            await self.leader.renew()
+
+    # -- boot -----------------------------------------------------------------------
+
+    async def _boot(self) -> None:
+        s = self.settings
+        async with transaction(self.engine) as conn:
+            rows = await sync_actor_config(conn, self.actors.values())
+            await conn.execute(
+                wq.register_worker(
+                    self.engine.dialect.name,
+                    worker_id=self.worker_id,
+                    hostname=socket.gethostname(),
+                    pid=os.getpid(),
+                    queues_=list(s.queues),
+                    concurrency=s.max_concurrency,
+                    version=__version__,
+                )
+            )
+        self.dispatcher.stored_ttl = {
+            row.actor: row.result_ttl.total_seconds() if row.result_ttl is not None else None
+            for row in rows
+        }
+        if self._di is not None:
+            self._container = self._di.container()
+        await self._bootstrap_rate_limits()
+        self._log.info(
+            "worker-started",
+            queues=list(s.queues),
+            concurrency=s.max_concurrency,
+            actors=sorted(self.actors),
+            pid=os.getpid(),
+        )
+
+    async def _bootstrap_rate_limits(self) -> None:
+        declared = [
+            item
+            for ref in self.actors.values()
+            for item in (*ref.rate_limits, *ref.reservations)
+            if not isinstance(item, str)
+        ]
+        named = any(ref.rate_limits or ref.reservations for ref in self.actors.values())
+        if not named:
+            return
+        if self._rl is None:
+            from taskq.ratelimit import registry as default_registry  # type: ignore[attr-defined]
+
+            self._rl = default_registry
+        for item in declared:
+            register = getattr(self._rl, "register", None)
+            if register is not None and type(item).__name__ in (
+                "TokenBucket",
+                "SlidingWindow",
+                "ConcurrencyReservation",
+            ):
+                register(item)
+        reservations = [i for i in declared if type(i).__name__ == "ConcurrencyReservation"]
+        if reservations:
+            from taskq.ratelimit import sync_slots  # type: ignore[attr-defined]
+
+            await sync_slots(reservations, pool=self.engine)
+
+    # -- loops ----------------------------------------------------------------------
+
+    async def _cancel_loop(self) -> None:
+        while True:
+            try:
+                await self.canceller.poll(self.dispatcher.running)
+            except (DBAPIError, SQLAlchemyError, OSError) as exc:
+                self._log.warning("worker-cancel-poll-failed", error=str(exc))
+            await asyncio.sleep(_CANCEL_POLL_S)
+
+    async def _sweep_loop(self) -> None:
+        interval = self.settings.sweep_interval.total_seconds()
+        while True:
+            await asyncio.sleep(interval)
+            evict = getattr(self._rl, "evict_idle_keyed_rate_limits", None)
+            if callable(evict):
+                with contextlib.suppress(Exception):
+                    evict()
+            if not self.leader.is_leader:
+                continue
+            try:
+                await self.sweeper.run_once()
+            except (DBAPIError, SQLAlchemyError, OSError) as exc:
+                self._log.warning("worker-sweep-failed", error=str(exc))
+
+    async def _progress_loop(self) -> None:
+        interval = self.settings.progress_flush_interval.total_seconds()
+        stmt = wq.flush_progress(self.worker_id)
+        while True:
+            await asyncio.sleep(interval)
+            dirty = [j for j in self.dispatcher.running.values() if j.progress_dirty]
+            if not dirty:
+                continue
+            for job in dirty:
+                job.progress_dirty = False
+            try:
+                async with transaction(self.engine) as conn:
+                    await conn.execute(
+                        stmt,
+                        [
+                            {"b_id": j.id, "b_attempt": j.attempt, "b_progress": j.progress}
+                            for j in dirty
+                        ],
+                    )
+            except (DBAPIError, SQLAlchemyError, OSError) as exc:
+                self._log.warning("worker-progress-flush-failed", error=str(exc))
+
+    def _spawn(self, coro: Awaitable[None], name: str) -> None:
+        task = asyncio.ensure_future(coro)
+        task.set_name(name)
+        self._tasks.append(task)
+
+    # -- life cycle -----------------------------------------------------------------
+
+    def install_signals(self) -> None:
+        """Route SIGTERM/SIGINT to the shutdown state (first starts it, later ones escalate)."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.state.signal, sig.name)
+
+    async def run(self) -> int:
+        """Boot, run until a shutdown signal, shut down; returns the process exit code."""
+        await self._boot()
+        url = self.engine.url
+        if self.engine.dialect.name == "postgresql":
+            listener = Listener(
+                async_url(url), self.settings.schema_name, self.settings.queues, self.wake
+            )
+            self._spawn(listener.run(), "listen")
+        self._spawn(self.dispatcher.completer.run(), "complete")
+        self._spawn(self.heartbeat.run(), "heartbeat")
+        self._spawn(self._cancel_loop(), "cancel")
+        self._spawn(self._sweep_loop(), "sweep")
+        self._spawn(self._progress_loop(), "progress")
+        claim = asyncio.ensure_future(self.dispatcher.run())
+        stop = asyncio.ensure_future(self.state.requested.wait())
+        await asyncio.wait([claim, stop], return_when=asyncio.FIRST_COMPLETED)
+        if claim.done() and claim.exception() is not None:
+            self._log.error("worker-claim-loop-crashed", error=repr(claim.exception()))
+            self.state.signal("internal-error")
+        return await self.shutdown(claim)
+
+    def _changed_cb(self, *_: Any) -> None:
+        self._changed.set()
+
+    async def shutdown(self, claim: asyncio.Task[None]) -> int:
+        """Walk the shutdown phases and return the exit code (see :mod:`.shutdown`)."""
+        s = self.settings
+        d = self.dispatcher
+        watchdog = Watchdog(
+            s.termination_grace_period.total_seconds() + WATCHDOG_TAIL_S,
+            lambda: "tracked-actor-outlived-teardown" if d.lingering else "teardown-overran",
+        )
+        watchdog.start()
+        self.state.enter(Phase.DRAINING)
+        d.stop_claiming()
+        with contextlib.suppress(BaseException):
+            await claim
+        for job in d.running.values():
+            if job.task is not None:
+                job.task.add_done_callback(self._changed_cb)
+
+        self.state.enter(Phase.CANCELLING)
+        for job in list(d.running.values()):
+            job.request_cancel("shutdown")
+        await self.state.wait_phase(
+            lambda: not d.running, s.cancellation_grace_period.total_seconds(), self._changed
+        )
+
+        self.state.enter(Phase.FORCING)
+        for job in list(d.running.values()):
+            job.force_cancel()
+        await self.state.wait_phase(
+            lambda: not d.running, s.cleanup_grace_period.total_seconds(), self._changed
+        )
+
+        self.state.enter(Phase.RELEASING)
+        for job in list(d.running.values()):
+            # The task would not even unwind: release its row held, like a live thread.
+            job.detached = True
+            d.detach(job)
+            d.completer.submit(
+                Outcome(
+                    job,
+                    "release",
+                    "retried",
+                    error_class="WorkerShutdown",
+                    error="released",
+                    hold_s=self._hold_s(),
+                )
+            )
+        await self._drain_completer(watchdog_s=self._hold_s())
+        await self._await_threads()
+        await self._teardown()
+        alive = bool(d.lingering)
+        self.state.enter(Phase.STOPPED)
+        self._log.info("worker-stopped", lingering_threads=len(d.lingering))
+        if alive:
+            # Executor threads are non-daemon: a normal exit would wait for them forever.
+            os._exit(0)
+        watchdog.disarm()
+        return 0
+
+    async def _drain_completer(self, watchdog_s: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(1.0, watchdog_s)):
+                await self.dispatcher.completer.drained()
+
+    async def _await_threads(self) -> None:
+        d = self.dispatcher
+        unhold = wq.unhold_job(self.engine.dialect.name)
+        started = self.state.started_mono or time.monotonic()
+        deadline = started + self.settings.termination_grace_period.total_seconds()
+        while d.lingering and time.monotonic() < deadline and not self.state.escalate.is_set():
+            exited = [j for j in list(d.lingering) if not j.thread_alive()]
+            for job in exited:
+                d.lingering.discard(job)
+                with contextlib.suppress(DBAPIError, SQLAlchemyError, OSError):
+                    async with transaction(self.engine) as conn:
+                        await conn.execute(unhold, {"b_id": job.id, "b_attempt": job.attempt})
+            if d.lingering:
+                await asyncio.sleep(0.05)
+
+    async def _teardown(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        with contextlib.suppress(DBAPIError, SQLAlchemyError, OSError):
+            await self.leader.release()
+            async with transaction(self.engine) as conn:
+                await conn.execute(wq.finish_worker(self.engine.dialect.name, self.worker_id))
+        await self.dispatcher.completer.wait_hooks(1.0)
+        if self._container is not None:
+            with contextlib.suppress(Exception):
+                await self._container.aclose()
+        await self.dispatcher.close()
+        if self._own_engine:
+            await self.engine.dispose()
+
+
+def worker_main(
+    *,
+    settings: WorkerSettings | None = None,
+    actor_registry: Mapping[str, ActorRef[Any, Any]] | Iterable[ActorRef[Any, Any]] | None = None,
+    rate_limit_registry: Any = None,
+    di_registry: ProviderRegistry | None = None,
+) -> int:
+    """Run a worker in this process until SIGTERM/SIGINT; returns the exit code.
+
+    ``actor_registry`` maps names to actors (or lists them); ``None`` means every actor
+    imported in this process. ``settings`` defaults to ``WorkerSettings.load()``.
+    """
+    resolved = settings or WorkerSettings.load()
+    actors = resolve_actors(actor_registry)
+
+    async def main() -> int:
+        worker = Worker(
+            settings=resolved,
+            actors=actors,
+            rate_limit_registry=rate_limit_registry,
+            di_registry=di_registry,
+        )
+        worker.install_signals()
+        return await worker.run()
+
+    return asyncio.run(main())

@@ -1,0 +1,131 @@
+"""What the worker keeps in memory about one claimed attempt, and how an attempt ended.
+
+:class:`RunningJob` is created at claim time and lives until its end is committed.
+:class:`Outcome` is what execution hands to the completer: the row's next status and the
+attempt's record. Both are plain data shared by dispatch, execute, cancel and shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+from uuid import UUID
+
+from taskq.actor import ActorRef
+from taskq.context import JobContext
+
+__all__ = ["CancelReason", "Outcome", "RunningJob"]
+
+CancelReason = Literal["job", "shutdown", "isolated"]
+
+
+@dataclass(eq=False)
+class RunningJob:
+    """One claimed attempt: the claimed row's fields plus its live handles.
+
+    ``cancel_reason`` says who asked the attempt to stop (a job cancel, the worker's
+    shutdown, or ``isolate_self``); ``cancel_phase`` is how far the ladder went locally
+    (1 cooperative, 2 forced, 3 abandoned). ``thread_done`` is set by a sync actor's
+    thread as it exits, whatever happened to the await.
+    """
+
+    row: dict[str, Any]
+    ref: ActorRef[Any, Any]
+    worker_id: UUID
+    claimed_mono: float = field(default_factory=time.monotonic)
+    task: asyncio.Task[None] | None = None
+    ctx: JobContext[Any] | None = None
+    cancel_event: asyncio.Event = field(default_factory=asyncio.Event)
+    abort_flag: threading.Event = field(default_factory=threading.Event)
+    thread_done: threading.Event | None = None
+    thread_exited: asyncio.Event = field(default_factory=asyncio.Event)
+    cancel_reason: CancelReason | None = None
+    cancel_phase: int = 0
+    cancel_started_mono: float = 0.0
+    forced: bool = False
+    detached: bool = False
+    progress: dict[str, Any] | None = None
+    progress_dirty: bool = False
+
+    @property
+    def id(self) -> UUID:
+        """The job id."""
+        job_id: UUID = self.row["id"]
+        return job_id
+
+    @property
+    def attempt(self) -> int:
+        """The attempt number this claim started (the fencing token with the worker id)."""
+        attempt: int = self.row["attempt"]
+        return attempt
+
+    @property
+    def started_at(self) -> datetime | None:
+        """When the store's clock saw the claim."""
+        value: datetime | None = self.row.get("started_at")
+        return value
+
+    def thread_alive(self) -> bool:
+        """True while a sync actor's thread for this attempt has not provably exited."""
+        return self.thread_done is not None and not self.thread_done.is_set()
+
+    def request_cancel(self, reason: CancelReason) -> None:
+        """Enter phase 1: set the cancel event (and the thread-safe flag sync actors poll)."""
+        if reason == "job" or self.cancel_reason is None:
+            self.cancel_reason = reason
+        if self.cancel_phase < 1:
+            self.cancel_phase = 1
+            self.cancel_started_mono = time.monotonic()
+        if self.ctx is not None:
+            self.ctx.request_cancel()
+        self.abort_flag.set()
+        self.cancel_event.set()
+
+    def force_cancel(self) -> None:
+        """Enter phase 2: cancel the asyncio task (a sync actor's thread keeps running)."""
+        self.cancel_phase = max(self.cancel_phase, 2)
+        if self.task is not None and not self.task.done():
+            self.forced = True
+            self.task.cancel()
+
+
+OutcomeKind = Literal["succeeded", "failed", "cancelled", "retry", "snooze", "release"]
+
+
+@dataclass(eq=False)
+class Outcome:
+    """How one attempt ended, ready for the batched fenced write.
+
+    ``kind`` picks the row's next status; ``attempt_outcome`` is the ``job_attempts``
+    record. ``delay_s`` reschedules (retry/snooze), ``budget`` (0/1) is added to
+    ``budget_used``, ``hold_s`` holds a release ``scheduled`` (a thread still running).
+    ``exception`` feeds ``on_retry_exhausted``; ``result_value`` feeds ``on_success``.
+    """
+
+    job: RunningJob
+    kind: OutcomeKind
+    attempt_outcome: str
+    result: Any = None
+    result_value: Any = None
+    error_class: str | None = None
+    error: str | None = None
+    traceback: str | None = None
+    delay_s: float | None = None
+    budget: int = 0
+    ttl_s: float | None = None
+    hold_s: float | None = None
+    exception: BaseException | None = None
+    created_mono: float = field(default_factory=time.monotonic)
+
+    @property
+    def row_status(self) -> str:
+        """The job row's status after this outcome is written."""
+        if self.kind in ("retry", "snooze"):
+            return "scheduled"
+        if self.kind == "release":
+            return "pending" if self.hold_s is None else "scheduled"
+        return self.kind
