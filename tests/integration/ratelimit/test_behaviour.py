@@ -35,26 +35,28 @@ async def test_token_bucket_starts_full_drains_and_fixed_quota_has_no_retry(
 
 
 async def test_token_bucket_refills_continuously(env: Env, unique_name: str) -> None:
-    tb = env.rl.TokenBucket(unique_name, capacity=2, refill_per_second=20, backend=env.backend)
+    # 5 tokens/s: a token per 200 ms, slow enough for a SQLite round trip (tens of ms)
+    tb = env.rl.TokenBucket(unique_name, capacity=2, refill_per_second=5, backend=env.backend)
     assert (await call(tb.acquire(**env.kw))).allowed
     assert (await call(tb.acquire(**env.kw))).allowed
     denied = await call(tb.acquire(**env.kw))
     assert not denied.allowed
-    assert timedelta(0) < denied.retry_after <= timedelta(milliseconds=50)
+    assert timedelta(0) < denied.retry_after <= timedelta(milliseconds=200)
     if not env.real_time:
-        assert denied.retry_after == timedelta(milliseconds=50)
-        env.clock.advance(timedelta(milliseconds=49))
+        assert denied.retry_after == timedelta(milliseconds=200)
+        env.clock.advance(timedelta(milliseconds=199))
         assert not (await call(tb.acquire(**env.kw))).allowed
         env.clock.advance(timedelta(milliseconds=1))
     else:
-        await env.advance(0.06)
+        await env.advance(denied.retry_after.total_seconds() + 0.01)
     assert (await call(tb.acquire(**env.kw))).allowed
 
 
 async def test_token_bucket_count_and_bounds(env: Env, unique_name: str) -> None:
     tb = env.rl.TokenBucket(unique_name, capacity=5, refill_per_second=0, backend=env.backend)
     first = await call(tb.acquire(3, **env.kw))
-    assert first.allowed and first.remaining == 2
+    assert first.allowed
+    assert first.remaining == 2
     assert not (await call(tb.acquire(3, **env.kw))).allowed
     assert (await call(tb.acquire(2, **env.kw))).allowed
     with pytest.raises(ValueError):
@@ -86,13 +88,18 @@ async def test_token_bucket_peek_and_reset(env: Env, unique_name: str) -> None:
     tb = env.rl.TokenBucket(unique_name, capacity=3, refill_per_second=0, backend=env.backend)
     fresh = await call(tb.peek(**env.kw))
     assert (fresh.tokens_remaining, fresh.is_exhausted, fresh.capacity) == (3, False, 3)
-    assert fresh.refill_per_second == 0 and fresh.limit is None and fresh.style is None
+    assert fresh.refill_per_second == 0
+    assert fresh.limit is None
+    assert fresh.style is None
     for _ in range(3):
         await call(tb.acquire(**env.kw))
     for _ in range(2):  # peeking consumes nothing
         state = await call(tb.peek(**env.kw))
-        assert state.is_exhausted and state.tokens_remaining == 0 and state.retry_after is None
-        assert state.backend == env.backend and state.bucket_name == unique_name
+        assert state.is_exhausted
+        assert state.tokens_remaining == 0
+        assert state.retry_after is None
+        assert state.backend == env.backend
+        assert state.bucket_name == unique_name
     await call(tb.reset(**env.kw))
     await call(tb.reset(**env.kw))
     assert (await call(tb.peek(**env.kw))).tokens_remaining == 3
@@ -107,7 +114,7 @@ async def test_token_bucket_peek_and_reset(env: Env, unique_name: str) -> None:
 
 
 def _window(env: Env) -> timedelta:
-    return timedelta(milliseconds=300) if env.real_time else timedelta(seconds=10)
+    return timedelta(milliseconds=600) if env.real_time else timedelta(seconds=10)
 
 
 async def test_log_window_admits_limit_then_slides(env: Env, unique_name: str) -> None:
@@ -115,15 +122,17 @@ async def test_log_window_admits_limit_then_slides(env: Env, unique_name: str) -
     sw = env.rl.SlidingWindow(unique_name, limit=3, window=window, backend=env.backend, style="log")
     allowed = [await call(sw.acquire(**env.kw)) for _ in range(3)]
     assert [d.remaining for d in allowed] == [2, 1, 0]
-    assert len({d.request_id for d in allowed}) == 3 and all(d.request_id for d in allowed)
+    assert len({d.request_id for d in allowed}) == 3
+    assert all(d.request_id for d in allowed)
     denied = await call(sw.acquire(**env.kw))
-    assert not denied.allowed and denied.request_id is None
+    assert not denied.allowed
+    assert denied.request_id is None
     assert timedelta(0) < denied.retry_after <= window
     if not env.real_time:
         assert denied.retry_after == window
         env.clock.advance(window)  # entries at exactly now - window are outside it
     else:
-        await env.advance(window.total_seconds() + 0.02)
+        await env.advance(denied.retry_after.total_seconds() + 0.01)
     assert (await call(sw.acquire(**env.kw))).allowed
 
 
@@ -141,16 +150,18 @@ async def test_log_refund_only_on_redis(env: Env, unique_name: str) -> None:
 async def test_gcra_admits_limit_back_to_back_then_one_per_interval(
     env: Env, unique_name: str
 ) -> None:
-    window = timedelta(seconds=4) if not env.real_time else timedelta(milliseconds=400)
+    window = timedelta(seconds=4) if not env.real_time else timedelta(seconds=2)
     interval = window / 4
     sw = env.rl.SlidingWindow(
         unique_name, limit=4, window=window, backend=env.backend, style="gcra"
     )
     decisions = [await call(sw.acquire(**env.kw)) for _ in range(4)]
     assert all(d.allowed and d.request_id is None for d in decisions)
-    assert decisions[0].remaining == 3 and decisions[-1].remaining == 0
+    assert decisions[0].remaining == 3
+    assert decisions[-1].remaining == 0
     denied = await call(sw.acquire(**env.kw))
-    assert not denied.allowed and timedelta(0) < denied.retry_after <= interval
+    assert not denied.allowed
+    assert timedelta(0) < denied.retry_after <= interval
     await call(sw.refund(decisions[0], **env.kw))  # GCRA refund is a no-op
     assert not (await call(sw.acquire(**env.kw))).allowed
     if not env.real_time:
@@ -161,7 +172,7 @@ async def test_gcra_admits_limit_back_to_back_then_one_per_interval(
         assert (await call(sw.acquire(**env.kw))).allowed
         assert not (await call(sw.acquire(**env.kw))).allowed
     else:
-        await env.advance(interval.total_seconds() + 0.02)
+        await env.advance(denied.retry_after.total_seconds() + 0.01)
         assert (await call(sw.acquire(**env.kw))).allowed
 
 
@@ -177,11 +188,14 @@ async def test_sliding_window_peek_and_reset(env: Env, unique_name: str, style: 
         window,
         style,
     )
-    assert fresh.capacity is None and fresh.refill_per_second is None
+    assert fresh.capacity is None
+    assert fresh.refill_per_second is None
     for _ in range(3):
         await call(sw.acquire(**env.kw))
     state = await call(sw.peek(**env.kw))
-    assert state.is_exhausted and state.remaining == 0 and state.retry_after > timedelta(0)
+    assert state.is_exhausted
+    assert state.remaining == 0
+    assert state.retry_after > timedelta(0)
     await call(sw.reset(**env.kw))
     assert (await call(sw.peek(**env.kw))).remaining == 3
     assert (await call(sw.acquire(**env.kw))).allowed
@@ -212,7 +226,8 @@ async def test_registry_peek_reset_and_context_manager(env: Env, unique_name: st
     assert not decision.allowed  # two allowed, no refund on exit, third denied
     states = await call(reg.peek_all(**env.kw))
     assert set(states) == {tb.name, sw.name}
-    assert states[tb.name].is_exhausted and states[sw.name].remaining == 2
+    assert states[tb.name].is_exhausted
+    assert states[sw.name].remaining == 2
     await call(reg.reset(tb.name, **env.kw))
     assert (await call(reg.peek(tb.name, **env.kw))).tokens_remaining == 2
     reg.register(env.reservation(unique_name + "_res_only", slots=1, lease=30))
