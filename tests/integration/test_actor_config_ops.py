@@ -1,0 +1,165 @@
+"""Actor-config operations (tq.actors) on Postgres and SQLite, async and sync."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+from sqlalchemy import insert
+
+from taskq import actor
+from taskq.actor_config_ops import DeregisterResult, sync_actor_config
+from taskq.client import TaskQ
+from taskq.db.engine import make_engine, transaction
+from taskq.db.tables import cron_schedules, jobs, queues
+from taskq.exceptions import (
+    ActorHasActiveJobsError,
+    ActorHasEnabledSchedulesError,
+    ActorNotFoundError,
+)
+from taskq.settings import TaskQSettings
+
+
+class P(BaseModel):
+    n: int
+
+
+@actor(
+    name="cfg_actor", queue="cfgq", max_concurrent=4, max_pending=10, result_ttl=timedelta(hours=1)
+)
+async def cfg_actor(payload: P) -> None: ...
+
+
+@actor(name="cfg_other", queue="cfgq")
+async def cfg_other(payload: P) -> None: ...
+
+
+@pytest.fixture(params=["async", "sync"])
+def mode(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+async def tq(engine_url: Any, settings: TaskQSettings, mode: str) -> Any:
+    engine = make_engine(engine_url, settings=settings)
+    async with transaction(engine) as conn:
+        await sync_actor_config(conn, [cfg_actor, cfg_other])
+        await conn.execute(insert(queues).values(name="cfgq"))
+    client: Any = TaskQ(engine=engine, settings=settings)
+    if mode == "sync":
+        from taskq_sync import TaskQ as SyncTaskQ
+
+        client = SyncTaskQ(engine_url, settings=settings)
+    yield client
+    if mode == "sync":
+        client.close()
+    await engine.dispose()
+
+
+async def call(mode: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    if mode == "sync":
+        return await asyncio.to_thread(fn, *args, **kwargs)
+    return await fn(*args, **kwargs)
+
+
+async def test_seed_only_fields_survive_a_resync(
+    tq: Any, mode: str, engine_url: Any, settings: TaskQSettings
+) -> None:
+    row = await call(mode, tq.actors.get, "cfg_actor")
+    assert (row.queue, row.max_concurrent, row.max_pending, row.result_ttl) == (
+        "cfgq",
+        4,
+        10,
+        timedelta(hours=1),
+    )
+    await call(mode, tq.actors.set, "cfg_actor", max_concurrent=1, max_pending=None)
+    engine = make_engine(engine_url, settings=settings)
+    async with transaction(engine) as conn:
+        [stored] = await sync_actor_config(conn, [cfg_actor])
+    await engine.dispose()
+    assert (stored.max_concurrent, stored.max_pending) == (1, None)
+    diff = {d.field: d for d in await call(mode, tq.actors.diff, [cfg_actor])}
+    assert diff["max_concurrent"].differs
+    assert diff["max_concurrent"].enforced == "stored"
+    assert diff["max_pending"].enforced == "literal"
+    names = [r.actor for r in await call(mode, tq.actors.list)]
+    assert names == ["cfg_actor", "cfg_other"]
+    with pytest.raises(ValueError, match="max_pending"):
+        await call(mode, tq.actors.set, "cfg_actor", max_pending=-1)
+
+
+async def test_deregister_refuses_then_forces(tq: Any, mode: str) -> None:
+    running = await call(mode, tq.jobs.enqueue, cfg_actor, P(n=1))
+    queued = await call(mode, tq.jobs.enqueue, cfg_actor, P(n=2))
+    done = await call(mode, tq.jobs.enqueue, cfg_actor, P(n=3))
+    engine = tq.engine
+    stmt_running = jobs.update().where(jobs.c.id == running.job_id).values(status="running")
+    stmt_done = jobs.update().where(jobs.c.id == done.job_id).values(status="succeeded")
+    stmt_cron = insert(cron_schedules).values(
+        id="nightly", actor="cfg_actor", cron_expression="0 0 * * *"
+    )
+    if mode == "sync":
+        with engine.begin() as conn:
+            for stmt in (stmt_running, stmt_done, stmt_cron):
+                conn.execute(stmt)
+    else:
+        async with engine.begin() as conn:
+            for stmt in (stmt_running, stmt_done, stmt_cron):
+                await conn.execute(stmt)
+
+    with pytest.raises(ActorHasActiveJobsError) as info:
+        await call(mode, tq.actors.deregister, "cfg_actor")
+    assert info.value.active_count == 2
+    assert info.value.status_counts == {"pending": 1, "running": 1}
+    with pytest.raises(ActorHasActiveJobsError):
+        await call(mode, tq.actors.deregister, "cfg_actor", force=True)  # running jobs block force
+
+    await call(mode, _finish, engine, running.job_id, mode)
+    result = await call(mode, tq.actors.deregister, "cfg_actor", force=True, purge_queue=True)
+    assert result == DeregisterResult(
+        actor="cfg_actor",
+        queue="cfgq",
+        actor_config_deleted=True,
+        schedules_disabled=1,
+        jobs_cancelled=1,
+        terminal_jobs_remaining=3,  # two finished plus the one just cancelled
+        queue_purged=False,  # cfg_other still uses cfgq
+    )
+    record = await call(mode, tq.jobs.backend.get_job, queued.job_id)
+    assert (record.status, record.error_class) == ("cancelled", "ActorDeregistered")
+    with pytest.raises(ActorNotFoundError):
+        await call(mode, tq.actors.deregister, "cfg_actor", force=True, purge_queue=True)
+
+    last = await call(mode, tq.actors.deregister, "cfg_other", purge_queue=True)
+    assert last.queue_purged
+
+
+async def test_enabled_schedule_refuses_without_force(tq: Any, mode: str) -> None:
+    stmt = insert(cron_schedules).values(id="s1", actor="cfg_other", cron_expression="* * * * *")
+    if mode == "sync":
+        with tq.engine.begin() as conn:
+            conn.execute(stmt)
+    else:
+        async with tq.engine.begin() as conn:
+            await conn.execute(stmt)
+    with pytest.raises(ActorHasEnabledSchedulesError) as info:
+        await call(mode, tq.actors.deregister, "cfg_other")
+    assert info.value.schedule_ids == ["s1"]
+
+
+def _finish(engine: Any, job_id: Any, mode: str) -> Any:
+    stmt = jobs.update().where(jobs.c.id == job_id).values(status="succeeded")
+    if mode == "sync":
+        with engine.begin() as conn:
+            conn.execute(stmt)
+        return None
+
+    async def run() -> None:
+        async with engine.begin() as conn:
+            await conn.execute(stmt)
+
+    return run()
