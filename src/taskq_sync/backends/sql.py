@@ -26,6 +26,7 @@ from sqlalchemy.exc import DBAPIError
 from taskq._acompat import sleep
 from taskq.db.dialect import advisory_xact_lock, translate_error
 from taskq.db.queries import jobs as q
+from taskq.db.queries.dispatch import notify_enqueued
 from taskq.exceptions import MaxPendingExceededError, SingletonCollisionError
 from taskq.records import AttemptRecord, EnqueueOutcome, EnqueueRequest, JobRecord
 from taskq.settings import TaskQSettings
@@ -42,7 +43,9 @@ class SqlBackend:
     def __init__(self, engine: Engine, *, settings: TaskQSettings | None = None) -> None:
         self.engine = engine
         self.dialect: str = engine.dialect.name
-        self._ttl = (settings or TaskQSettings.load()).actor_config_cache_ttl.total_seconds()
+        resolved = settings or TaskQSettings.load()
+        self._ttl = resolved.actor_config_cache_ttl.total_seconds()
+        self._schema = resolved.schema_name
         self._stored_cap: dict[str, tuple[float, int | None]] = {}
 
     def enqueue(
@@ -80,6 +83,9 @@ class SqlBackend:
         for i, req in enumerate(requests):
             if i not in outcomes:
                 outcomes[i] = self._enqueue_one(conn, req, caps[req.actor])
+        if self.dialect == "postgresql":
+            for queue in sorted({r.queue for r in requests}):
+                conn.execute(notify_enqueued(self._schema, queue))
         return [outcomes[i] for i in range(len(requests))]
 
     def _effective_cap(self, conn: Connection, req: EnqueueRequest) -> int | None:
