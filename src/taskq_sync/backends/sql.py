@@ -75,8 +75,8 @@ class SqlBackend:
         size = _CHUNK.get(self.dialect, 400)
         for start in range(0, len(bulk), size):
             chunk = bulk[start : start + size]
-            stmt = q.insert_jobs(self.dialect, [requests[i] for i in chunk])
-            rows = conn.execute(stmt).mappings().all()
+            params = [q.job_params(requests[i]) for i in chunk]
+            rows = conn.execute(q.insert_jobs(self.dialect), params).mappings().all()
             by_id = {row["id"]: JobRecord.from_mapping(row) for row in rows}
             for i in chunk:
                 outcomes[i] = EnqueueOutcome(by_id[requests[i].job_id])
@@ -123,8 +123,8 @@ class SqlBackend:
             count = int(conn.execute(q.count_pending(req.actor)).scalar_one())
             if count >= cap:
                 raise MaxPendingExceededError(req.actor, count, cap)
-        stmt = q.insert_jobs(self.dialect, [req], skip_conflicts=True)
-        inserted = conn.execute(stmt).mappings().first()
+        stmt = q.insert_jobs(self.dialect, skip_conflicts=True)
+        inserted = conn.execute(stmt, [q.job_params(req)]).mappings().first()
         if inserted is not None:
             return EnqueueOutcome(JobRecord.from_mapping(inserted))
         if req.idempotency_key is not None:

@@ -7,12 +7,24 @@ behaviour (windows, schedules) come from the store's clock, :func:`taskq.db.dial
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Select, and_, case, func, literal, select, update
+from sqlalchemy import (
+    Float,
+    Select,
+    and_,
+    bindparam,
+    case,
+    cast,
+    func,
+    literal,
+    literal_column,
+    null,
+    select,
+    update,
+)
 from sqlalchemy.sql.elements import ColumnElement
 
 from taskq.constants import ACTIVE_STATUSES
@@ -29,6 +41,7 @@ __all__ = [
     "get",
     "idempotent_match",
     "insert_jobs",
+    "job_params",
     "stored_max_pending",
     "unique_match",
 ]
@@ -42,13 +55,6 @@ def ago(dialect: str, window: timedelta) -> ColumnElement[Any]:
     if dialect == "postgresql":
         return func.clock_timestamp() - func.make_interval(0, 0, 0, 0, 0, 0, literal(seconds))
     return func.strftime("%Y-%m-%d %H:%M:%f", "now", literal(f"-{seconds:.6f} seconds"))
-
-
-def later(dialect: str, seconds: float) -> ColumnElement[Any]:
-    """``now() + seconds`` on the store's clock."""
-    if dialect == "postgresql":
-        return func.clock_timestamp() + func.make_interval(0, 0, 0, 0, 0, 0, literal(seconds))
-    return func.strftime("%Y-%m-%d %H:%M:%f", "now", literal(f"+{seconds:.6f} seconds"))
 
 
 def advisory_key(kind: str, actor: str, key: str = "") -> str:
@@ -103,8 +109,17 @@ def idempotent_match(actor: str, idempotency_key: str) -> Select[Any]:
     return select(jobs).where(jobs.c.actor == actor, jobs.c.idempotency_key == idempotency_key)
 
 
-def _row(dialect: str, req: EnqueueRequest) -> dict[str, Any]:
-    now = dialects.now(dialect)
+def _after(dialect: str, seconds: ColumnElement[Any]) -> ColumnElement[Any]:
+    if dialect == "postgresql":
+        zero = literal_column("0")
+        return func.clock_timestamp() + func.make_interval(
+            zero, zero, zero, zero, zero, zero, seconds
+        )
+    return func.strftime("%Y-%m-%d %H:%M:%f", "now", func.printf("+%.6f seconds", seconds))
+
+
+def job_params(req: EnqueueRequest) -> dict[str, Any]:
+    """The bound parameters of one row for :func:`insert_jobs` (executed as executemany)."""
     return {
         "id": req.job_id,
         "actor": req.actor,
@@ -113,13 +128,6 @@ def _row(dialect: str, req: EnqueueRequest) -> dict[str, Any]:
         "payload": req.payload,
         "priority": req.priority,
         "max_attempts": req.max_attempts,
-        "scheduled_at": (
-            req.scheduled_at
-            if req.scheduled_at is not None
-            else later(dialect, req.delay_s)
-            if req.delay_s is not None
-            else now
-        ),
         "identity_key": req.identity_key,
         "idempotency_key": req.idempotency_key,
         "singleton": req.singleton,
@@ -128,26 +136,38 @@ def _row(dialect: str, req: EnqueueRequest) -> dict[str, Any]:
         "trace_context": req.trace_context,
         "start_to_close_s": req.start_to_close_s,
         "schedule_to_close_s": req.schedule_to_close_s,
-        "deadline_at": later(dialect, req.schedule_to_close_s) if req.schedule_to_close_s else None,
         "parent_job_id": req.parent_job_id,
-        "created_at": now,
-        "updated_at": now,
+        "p_scheduled_at": req.scheduled_at,
+        "p_delay_s": req.delay_s or 0.0,
+        "p_deadline_s": req.schedule_to_close_s,
     }
 
 
-def insert_jobs(
-    dialect: str, reqs: Sequence[EnqueueRequest], *, skip_conflicts: bool = False
-) -> Any:
-    """One multi-row INSERT for ``reqs``; ``RETURNING`` the inserted rows.
+def insert_jobs(dialect: str, *, skip_conflicts: bool = False) -> Any:
+    """An INSERT of job rows, executed with a list of :func:`job_params` (one round trip:
+    SQLAlchemy batches the rows into multi-row statements); ``RETURNING`` every column.
 
+    The statement is the same for every batch, so it is compiled once and cached.
+    Timestamps come from the store's clock: ``scheduled_at`` is the explicit value or
+    ``now() + delay``, ``deadline_at`` is ``now() + schedule_to_close``.
     ``skip_conflicts`` adds ``ON CONFLICT DO NOTHING``: a row that hits the singleton or
     idempotency unique index is silently not inserted (absent from RETURNING), so the
     caller's transaction is never aborted by an expected collision.
     """
-    stmt = dialects.insert(dialect, jobs).values([_row(dialect, r) for r in reqs])
+    now = dialects.now(dialect)
+    delay = cast(bindparam("p_delay_s", type_=Float()), Float())
+    deadline = cast(bindparam("p_deadline_s", type_=Float()), Float())
+    stmt = dialects.insert(dialect, jobs).values(
+        scheduled_at=func.coalesce(
+            bindparam("p_scheduled_at", type_=jobs.c.scheduled_at.type), _after(dialect, delay)
+        ),
+        deadline_at=case((deadline.is_(None), null()), else_=_after(dialect, deadline)),
+        created_at=now,
+        updated_at=now,
+    )
     if skip_conflicts:
         stmt = stmt.on_conflict_do_nothing()
-    return stmt.returning(*jobs.c)
+    return stmt.returning(*jobs.c, sort_by_parameter_order=True)
 
 
 def get(job_id: UUID) -> Select[Any]:
