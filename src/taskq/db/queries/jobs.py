@@ -7,6 +7,7 @@ behaviour (windows, schedules) come from the store's clock, :func:`taskq.db.dial
 
 from __future__ import annotations
 
+import functools
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
@@ -111,7 +112,7 @@ def idempotent_match(actor: str, idempotency_key: str) -> Select[Any]:
 
 def _after(dialect: str, seconds: ColumnElement[Any]) -> ColumnElement[Any]:
     if dialect == "postgresql":
-        zero = literal_column("0")
+        zero: ColumnElement[Any] = literal_column("0")
         return func.clock_timestamp() + func.make_interval(
             zero, zero, zero, zero, zero, zero, seconds
         )
@@ -143,6 +144,7 @@ def job_params(req: EnqueueRequest) -> dict[str, Any]:
     }
 
 
+@functools.cache
 def insert_jobs(dialect: str, *, skip_conflicts: bool = False) -> Any:
     """An INSERT of job rows, executed with a list of :func:`job_params` (one round trip:
     SQLAlchemy batches the rows into multi-row statements); ``RETURNING`` every column.
