@@ -17,7 +17,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from taskq.constants import validate_name
+from taskq.constants import validate_name, validate_queue_name
 from taskq.exceptions import PayloadValidationError
 
 __all__ = [
@@ -26,12 +26,18 @@ __all__ = [
     "RateLimitRef",
     "ReservationRef",
     "lease_seconds",
+    "queue_concurrency_reservation_name",
     "validate_backend",
 ]
 
 P = TypeVar("P", bound=BaseModel)
 
 _BACKENDS = ("redis", "postgres", "memory")
+
+
+def queue_concurrency_reservation_name(queue: str) -> str:
+    """The reservation that caps queue ``queue`` fleet-wide: ``taskq:global:queue:{queue}``."""
+    return validate_name(f"taskq:global:queue:{validate_queue_name(queue)}", kind="reservation")
 
 
 def validate_backend(backend: object) -> Literal["redis", "postgres", "memory"]:

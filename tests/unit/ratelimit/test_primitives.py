@@ -221,3 +221,11 @@ def test_lease_shorter_than_lock_lease_warns(caplog: pytest.LogCaptureFixture) -
     with caplog.at_level(logging.WARNING, logger="taskq.ratelimit"):
         ConcurrencyReservation("r", slots=1, lease=120, lock_lease=timedelta(seconds=60))
     assert caplog.records == []
+
+
+def test_queue_cap_reservation_name() -> None:
+    from taskq.ratelimit.refs import queue_concurrency_reservation_name
+
+    assert queue_concurrency_reservation_name("external-api") == "taskq:global:queue:external-api"
+    with pytest.raises(ValueError):
+        queue_concurrency_reservation_name("bad:queue")

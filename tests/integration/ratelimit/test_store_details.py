@@ -1,0 +1,150 @@
+"""Store-specific promises: key layout and TTLs, NOSCRIPT reloads, keyed publishing,
+and a model check of fixed quotas on the real stores (no time involved, so exact)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from types import SimpleNamespace
+
+import pytest
+import redis.asyncio as aredis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
+from sqlalchemy import select
+
+from taskq.db.tables import rate_limit_buckets
+from taskq.ratelimit import (
+    KeyedRateLimitRef,
+    RateLimitRegistry,
+    SlidingWindow,
+    TokenBucket,
+    _redis_utils,
+)
+from taskq.settings import TaskQSettings
+from tests.integration.ratelimit.conftest import Env, call
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def aredis_client(redis_url: str) -> aredis.Redis:
+    client = aredis.Redis.from_url(redis_url)
+    yield client
+    await client.aclose()
+
+
+async def test_redis_keys_are_hash_tagged_and_always_expire(
+    aredis_client: aredis.Redis, unique_name: str, settings: TaskQSettings
+) -> None:
+    kw = {"redis_client": aredis_client, "settings": settings}
+    tb = TokenBucket(unique_name, capacity=100, refill_per_second=10)
+    fixed = TokenBucket(unique_name + "_q", capacity=1, refill_per_second=0)
+    log = SlidingWindow(unique_name, limit=5, window=timedelta(minutes=1))
+    gcra = SlidingWindow(unique_name, limit=5, window=timedelta(minutes=1), style="gcra")
+    tiny = TokenBucket(unique_name + "_t", capacity=1, refill_per_second=1, ttl=timedelta(0))
+    for p, ttl in ((tb, 80), (fixed, 86_400), (log, 180), (gcra, 120), (tiny, 1)):
+        await p.acquire(**kw)
+        assert p.redis_key.startswith(f"taskq:rl:{{{p.name}}}:")
+        remaining = await aredis_client.ttl(p.redis_key)
+        assert 0 < remaining <= ttl
+    await tb.reset(**kw)
+    assert not await aredis_client.exists(tb.redis_key)
+
+
+async def test_scripts_are_reloaded_on_noscript(
+    aredis_client: aredis.Redis, unique_name: str, settings: TaskQSettings
+) -> None:
+    tb = TokenBucket(unique_name, capacity=2, refill_per_second=0)
+    await tb.acquire(redis_client=aredis_client, settings=settings)
+    script = next(iter(_redis_utils._SCRIPTS.values()))
+    for s in _redis_utils._SCRIPTS.values():
+        s.sha = "0" * 40  # as if the server lost its script cache
+    d = await tb.acquire(redis_client=aredis_client, settings=settings)
+    assert d.allowed
+    assert d.remaining == 0
+    assert script.sha != "0" * 40
+
+
+class Tenant(BaseModel):
+    tenant: str
+
+
+@pytest.mark.parametrize("slot_store", ["postgres", "sqlite"])
+@pytest.mark.parametrize("flavour", ["async"])
+async def test_keyed_buckets_are_published_to_rate_limit_buckets(
+    slot_env: Env, unique_name: str
+) -> None:
+    env = slot_env
+    reg = RateLimitRegistry()
+    ref = KeyedRateLimitRef.typed(
+        Tenant,
+        base_name=unique_name,
+        key_fn=lambda p: p.tenant,
+        capacity=3,
+        refill_per_second=1,
+        backend="memory",
+    )
+    actor = SimpleNamespace(name="a", rate_limits=[ref], reservations=[])
+    for _ in range(2):
+        await reg.acquire_for_actor(
+            actor,
+            {"tenant": "t1"},
+            job_id=None,
+            worker_id=uuid.uuid4(),
+            pg_pool=env.engine,
+            clock=env.clock,
+        )
+    async with env.engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                select(rate_limit_buckets).where(
+                    rate_limit_buckets.c.bucket_name == f"{unique_name}:t1"
+                )
+            )
+        ).all()
+    assert len(rows) == 1
+    assert (rows[0].kind, rows[0].capacity, rows[0].refill_per_second) == ("token_bucket", 3, 1)
+
+
+@pytest.mark.parametrize("store", ["redis", "postgres", "sqlite"])
+@pytest.mark.parametrize("flavour", ["async"])
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    capacity=st.integers(1, 6),
+    steps=st.lists(st.sampled_from(["take1", "take2", "refund", "reset", "peek"]), max_size=15),
+)
+async def test_fixed_quota_matches_the_model_on_real_stores(
+    env: Env, capacity: int, steps: list[str]
+) -> None:
+    """Model: a counter that only acquire, refund (not on Postgres) and reset move."""
+    tb = env.rl.TokenBucket(
+        f"hyp_{uuid.uuid4().hex}", capacity=capacity, refill_per_second=0, backend=env.backend
+    )
+    tokens = capacity
+    last = None
+    for step in steps:
+        if step.startswith("take"):
+            count = int(step[-1])
+            if count > capacity:
+                continue
+            d = await call(tb.acquire(count, **env.kw))
+            assert d.allowed is (tokens >= count)
+            assert d.retry_after == (timedelta(0) if d.allowed else None)
+            if d.allowed:
+                tokens -= count
+                last = d
+            assert d.remaining == tokens
+        elif step == "refund" and last is not None:
+            await call(tb.refund(last, **env.kw))
+            if env.backend != "postgres":
+                tokens = min(capacity, tokens + 1)
+            last = None
+        elif step == "reset":
+            await call(tb.reset(**env.kw))
+            tokens = capacity
+        else:
+            state = await call(tb.peek(**env.kw))
+            assert state.tokens_remaining == tokens
+            assert state.is_exhausted is (tokens < 1)
