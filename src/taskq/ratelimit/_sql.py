@@ -50,15 +50,15 @@ async def _lock_row(
     State stored under another kind (the name was reused for another algorithm) reads as
     fresh.
     """
-    stmt = q.bucket_lock_upsert(
-        conn.dialect.name,
+    stmt = q.bucket_lock_upsert(conn.dialect.name)
+    params = q.bucket_lock_params(
         name,
         kind=kind,
         capacity=capacity,
         refill_per_second=refill_per_second,
         window_s=window_s,
     )
-    row = (await conn.execute(stmt)).one()
+    row = (await conn.execute(stmt, params)).one()
     if row.kind != kind:
         return None, None, row.updated_at, to_us(row.db_now)
     return row.tokens, row.tat, row.updated_at, to_us(row.db_now)
@@ -88,15 +88,17 @@ async def sql_token_bucket(
             )
             left = min(capacity, cur.tokens + count)
             await conn.execute(
-                q.bucket_store(name, tokens=left, updated_at=from_us(cur.ts_us), tat=None)
+                q.bucket_store(),
+                q.bucket_store_params(name, tokens=left, updated_at=from_us(cur.ts_us), tat=None),
             )
             return True, left, 0.0
         result = tb_step(tokens, ts_us, now_us, capacity=capacity, rate=rate, count=count)
         if result.allowed:
             await conn.execute(
-                q.bucket_store(
+                q.bucket_store(),
+                q.bucket_store_params(
                     name, tokens=result.tokens, updated_at=from_us(result.ts_us), tat=None
-                )
+                ),
             )
         return result.allowed, result.tokens, result.retry_after_us
 
@@ -117,12 +119,13 @@ async def sql_gcra(
         result = gcra_step(_gcra_state(rem, tat), now_us, limit=limit, window_us=window_us)
         if result.allowed:
             await conn.execute(
-                q.bucket_store(
+                q.bucket_store(),
+                q.bucket_store_params(
                     name,
                     tokens=float(result.tat_rem),
                     updated_at=from_us(now_us),
                     tat=from_us(result.tat_us),
-                )
+                ),
             )
         return result.allowed, result.remaining, result.retry_after_us
 

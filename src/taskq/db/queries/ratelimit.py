@@ -8,6 +8,7 @@ the decision and the time it is made at cannot disagree.
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -18,6 +19,7 @@ from sqlalchemy import (
     Select,
     Update,
     and_,
+    bindparam,
     delete,
     func,
     literal,
@@ -34,10 +36,12 @@ from taskq.db.types import UTCDateTime
 
 __all__ = [
     "bucket_delete",
+    "bucket_lock_params",
     "bucket_lock_upsert",
     "bucket_publish",
     "bucket_read",
     "bucket_store",
+    "bucket_store_params",
     "db_now",
     "slot_claim",
     "slot_release",
@@ -69,27 +73,22 @@ def _now_plus(dialect_name: str, seconds: float) -> ColumnElement[Any]:
     return func.strftime("%Y-%m-%d %H:%M:%f", "now", f"+{seconds:.6f} seconds")
 
 
-def bucket_lock_upsert(
-    dialect_name: str,
-    name: str,
-    *,
-    kind: str,
-    capacity: float,
-    refill_per_second: float,
-    window_s: float | None,
-) -> Any:
+@functools.cache
+def bucket_lock_upsert(dialect_name: str) -> Any:
     """Create the bucket row on first use, or lock the existing one; return its state.
 
     ``ON CONFLICT DO UPDATE`` takes the row lock on Postgres (the statement is the
     ``FOR UPDATE``); the config columns are refreshed so the admin page shows the live
     config. ``tokens``/``tat`` stay ``NULL`` on a fresh row, which the maths reads as full.
+    Built once per dialect (it is on the hot path); parameters come from
+    :func:`bucket_lock_params`.
     """
     stmt = db_dialect.insert(dialect_name, rate_limit_buckets).values(
-        bucket_name=name,
-        kind=kind,
-        capacity=capacity,
-        refill_per_second=refill_per_second,
-        window_s=window_s,
+        bucket_name=bindparam("p_name"),
+        kind=bindparam("p_kind"),
+        capacity=bindparam("p_capacity"),
+        refill_per_second=bindparam("p_refill"),
+        window_s=bindparam("p_window_s"),
         updated_at=db_dialect.now(dialect_name),
     )
     stmt = stmt.on_conflict_do_update(
@@ -102,6 +101,19 @@ def bucket_lock_upsert(
         },
     )
     return stmt.returning(_b.kind, _b.tokens, _b.tat, _b.updated_at, db_now(dialect_name))
+
+
+def bucket_lock_params(
+    name: str, *, kind: str, capacity: float, refill_per_second: float, window_s: float | None
+) -> dict[str, Any]:
+    """Parameters of :func:`bucket_lock_upsert`."""
+    return {
+        "p_name": name,
+        "p_kind": kind,
+        "p_capacity": capacity,
+        "p_refill": refill_per_second,
+        "p_window_s": window_s,
+    }
 
 
 def bucket_publish(
@@ -127,13 +139,28 @@ def bucket_publish(
     return stmt.on_conflict_do_nothing(index_elements=[_b.bucket_name])
 
 
-def bucket_store(name: str, *, tokens: float, updated_at: datetime, tat: datetime | None) -> Update:
-    """Write a bucket's new state (the row is locked by :func:`bucket_lock_upsert`)."""
+@functools.cache
+def bucket_store() -> Update:
+    """Write a bucket's new state (the row is locked by :func:`bucket_lock_upsert`).
+
+    Parameters: :func:`bucket_store_params`.
+    """
     return (
         update(rate_limit_buckets)
-        .where(_b.bucket_name == name)
-        .values(tokens=tokens, updated_at=updated_at, tat=tat)
+        .where(_b.bucket_name == bindparam("p_name"))
+        .values(
+            tokens=bindparam("p_tokens"),
+            updated_at=bindparam("p_updated_at", type_=UTCDateTime()),
+            tat=bindparam("p_tat", type_=UTCDateTime()),
+        )
     )
+
+
+def bucket_store_params(
+    name: str, *, tokens: float, updated_at: datetime, tat: datetime | None
+) -> dict[str, Any]:
+    """Parameters of :func:`bucket_store`."""
+    return {"p_name": name, "p_tokens": tokens, "p_updated_at": updated_at, "p_tat": tat}
 
 
 def bucket_read(dialect_name: str, name: str) -> Select[*tuple[Any, ...]]:
