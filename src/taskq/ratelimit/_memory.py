@@ -7,9 +7,9 @@ threaded WSGI server) and is never held across an event-loop switch.
 
 from __future__ import annotations
 
+import bisect
 import threading
 import uuid
-from collections import deque
 from dataclasses import dataclass
 from uuid import UUID
 
@@ -91,37 +91,42 @@ class MemoryGcra:
 
 
 class MemoryLog:
-    """Timestamps (microseconds) of accepted requests, oldest first."""
+    """Timestamps (microseconds) and request ids of accepted requests, sorted by time.
+
+    Kept sorted (a clock stepped backwards inserts in the middle) so that eviction and
+    counting are a binary search, not a scan.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._entries: deque[tuple[int, str]] = deque()
+        self._times: list[int] = []
 
     def step(
         self, now_us: int, *, limit: int, window_us: int, consume: bool
     ) -> tuple[bool, float, float, str | None]:
         """Evict, count, maybe record; returns ``(allowed, remaining, retry_us, request_id)``."""
         with self._lock:
-            cutoff = now_us - window_us
-            inside = [e for e in self._entries if e[0] > cutoff]
-            if consume:
-                self._entries = deque(inside)
-            oldest = min((e[0] for e in inside), default=None)
+            first_inside = bisect.bisect_right(self._times, now_us - window_us)
+            if consume and first_inside:
+                del self._times[:first_inside]
+                first_inside = 0
+            inside = len(self._times) - first_inside
+            oldest = self._times[first_inside] if inside else None
             allowed, remaining, retry = log_decide(
-                len(inside), oldest, now_us, limit=limit, window_us=window_us
+                inside, oldest, now_us, limit=limit, window_us=window_us
             )
             if not consume:
-                return allowed, float(limit - len(inside)) if allowed else 0.0, retry, None
+                return allowed, float(limit - inside) if allowed else 0.0, retry, None
             request_id = None
             if allowed:
                 request_id = str(uuid.uuid4())
-                self._entries.append((now_us, request_id))
+                bisect.insort_right(self._times, now_us)
             return allowed, remaining, retry, request_id
 
     def reset(self) -> None:
         """Drop every entry."""
         with self._lock:
-            self._entries.clear()
+            self._times.clear()
 
 
 @dataclass(slots=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import redis.asyncio as aredis
@@ -148,3 +149,31 @@ async def test_fixed_quota_matches_the_model_on_real_stores(
             state = await call(tb.peek(**env.kw))
             assert state.tokens_remaining == tokens
             assert state.is_exhausted is (tokens < 1)
+
+
+@pytest.mark.parametrize("flavour", ["async", "sync"])
+async def test_missing_tables_say_run_migrate(
+    tmp_path: Any, flavour: str, settings: TaskQSettings
+) -> None:
+    import taskq.ratelimit as arl
+    import taskq_sync.ratelimit as srl
+    from taskq.db.engine import make_engine as make_async
+    from taskq.exceptions import SchemaNotReady
+    from taskq_sync.db.engine import make_engine as make_sync
+
+    rl = arl if flavour == "async" else srl
+    engine = (make_async if flavour == "async" else make_sync)(
+        f"sqlite:///{tmp_path}/empty.db", settings=settings
+    )
+    try:
+        res = rl.ConcurrencyReservation("r", slots=1, lease=5)
+        with pytest.raises(SchemaNotReady) as info:
+            await call(res.acquire(None, uuid.uuid4(), engine))
+        assert info.value.table == "reservation_slots"
+        assert "taskq migrate up" in str(info.value)
+        tb = rl.TokenBucket("b", capacity=1, refill_per_second=1, backend="postgres")
+        with pytest.raises(SchemaNotReady) as info:
+            await call(tb.acquire(pg_pool=engine, settings=settings))
+        assert info.value.table == "rate_limit_buckets"
+    finally:
+        await call(engine.dispose())
