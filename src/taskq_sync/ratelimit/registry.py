@@ -256,12 +256,12 @@ class RateLimitRegistry:
         acquired: list[AcquiredResource] = []
         try:
             for entry in getattr(actor, "reservations", None) or []:
-                res = self._resolve_reservation(entry, payload, name, pg_pool, clock, settings)
+                res = self._resolve_reservation_name(entry, payload, name, pg_pool, clock, settings)
                 pool = None if res.clock is not None else pg_pool
                 slot = res.acquire(job_id, worker_id, pool)
                 acquired.append(ReservationHandle(res.name, res, slot, job_id, worker_id))
             for entry in getattr(actor, "rate_limits", None) or []:
-                primitive = self._resolve_rate_limit(entry, payload, name, pg_pool, settings)
+                primitive = self._resolve_rate_limit_name(entry, payload, name, pg_pool, settings)
                 if isinstance(primitive, TokenBucket):
                     decision = primitive.acquire(
                         1.0,
@@ -328,7 +328,7 @@ class RateLimitRegistry:
             except Exception:
                 _log.warning("ratelimit.rollback_failed resource=%s", handle.name, exc_info=True)
 
-    def _resolve_rate_limit(
+    def _resolve_rate_limit_name(
         self,
         entry: object,
         payload: object,
@@ -346,7 +346,7 @@ class RateLimitRegistry:
             )
         name = entry.concrete_name(payload, actor=actor)
         bucket, fresh = self._materialize_rate_limit(entry, name)
-        if fresh and pg_pool is not None:
+        if fresh and pg_pool is not None and isinstance(bucket, TokenBucket):
             try:
                 _sql.sql_publish(
                     pg_pool,
@@ -363,18 +363,19 @@ class RateLimitRegistry:
 
     def _materialize_rate_limit(
         self, ref: KeyedRateLimitRef[Any], name: str
-    ) -> tuple[TokenBucket, bool]:
+    ) -> tuple[TokenBucket | SlidingWindow, bool]:
         candidate = TokenBucket(name, ref.capacity, ref.refill_per_second, backend=ref.backend)
         now = self._clock.monotonic()
         with self._lock:
             existing = self._rate_limits.get(name)
             if existing is not None:
-                if not isinstance(existing, TokenBucket) or existing.config != candidate.config:
+                if name not in self._keyed_rl:
+                    return (existing, False)
+                if existing.config != candidate.config:
                     raise ValueError(
                         f"keyed rate limit {name!r} collides with {existing!r} of a different config"
                     )
-                if name in self._keyed_rl:
-                    self._keyed_rl[name] = now
+                self._keyed_rl[name] = now
                 return (existing, False)
             if len(self._keyed_rl) >= self.max_keyed_rate_limits:
                 if now - self._last_scan_rl >= _OPPORTUNISTIC_EVICT_MIN_INTERVAL.total_seconds():
@@ -388,7 +389,7 @@ class RateLimitRegistry:
             self._keyed_rl[name] = now
             return (candidate, True)
 
-    def _resolve_reservation(
+    def _resolve_reservation_name(
         self,
         entry: object,
         payload: object,
@@ -426,12 +427,13 @@ class RateLimitRegistry:
         with self._lock:
             existing = self._reservations.get(name)
             if existing is not None:
+                if name not in self._keyed_res:
+                    return (existing, False)
                 if existing.slots != ref.slots or existing.lease != lease:
                     raise ValueError(
                         f"keyed reservation {name!r} collides with {existing!r} of a different config"
                     )
-                if name in self._keyed_res:
-                    self._keyed_res[name] = now
+                self._keyed_res[name] = now
                 return (existing, False)
             if len(self._keyed_res) >= self.max_keyed_reservations:
                 if now - self._last_scan_res >= _OPPORTUNISTIC_EVICT_MIN_INTERVAL.total_seconds():

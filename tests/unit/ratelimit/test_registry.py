@@ -337,3 +337,29 @@ async def test_keyed_reservation_cap_is_independent_of_the_rate_limit_cap() -> N
     clock.advance(timedelta(hours=2))
     assert reg.evict_idle_keyed_reservations() == 0  # a live memory slot is never evicted
     assert len(reg.rate_limits()) == 1  # the rate-limit namespace was untouched
+
+
+async def test_a_static_name_a_keyed_ref_resolves_to_is_reused_as_is() -> None:
+    clock = FakeClock(START)
+    reg = RateLimitRegistry(clock=clock)
+
+    class P(BaseModel):
+        k: str
+
+    static = TokenBucket("api:vip", capacity=100, refill_per_second=0, backend="memory")
+    reg.register(static)
+    ref = KeyedRateLimitRef.typed(
+        P, base_name="api", key_fn=lambda p: p.k, capacity=1, refill_per_second=0, backend="memory"
+    )
+    for _ in range(3):  # the static 100-token bucket, not a 1-token keyed one
+        await reg.acquire_for_actor(
+            SimpleNamespace(rate_limits=[ref]),
+            {"k": "vip"},
+            job_id=None,
+            worker_id=uuid.uuid4(),
+            clock=clock,
+        )
+    assert reg.get_rate_limit("api:vip") is static
+    assert (await static.peek(clock=clock)).tokens_remaining == 97
+    clock.advance(timedelta(days=1))
+    assert reg.evict_idle_keyed_rate_limits(idle_for=timedelta(0)) == 0
