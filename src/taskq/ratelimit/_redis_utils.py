@@ -57,10 +57,16 @@ def require_redis(client: Redis | None, name: str) -> Redis:
     )
 
 
-async def run_script(client: Redis, lua: bytes, key: str, args: Sequence[Any]) -> list[Any]:
-    """Run one of the module's scripts on ``key``; NOSCRIPT reloads are redis-py's job."""
-    result: list[Any] = await _script(lua)(keys=[key], args=args, client=client)
-    return result
+async def run_script(
+    client: Redis, lua: bytes, key: str, args: Sequence[Any]
+) -> tuple[bool, float, float]:
+    """Run one of the scripts on ``key``: ``(allowed, value, wait_us)``.
+
+    NOSCRIPT reloads are redis-py's job.
+    """
+    reply = await _script(lua)(keys=[key], args=args, client=client)
+    allowed, value, wait = reply.split()
+    return allowed == b"1" or allowed == "1", float(value), float(wait)
 
 
 def redis_down_errors() -> tuple[type[BaseException], ...]:

@@ -98,9 +98,11 @@ class SlidingWindow:
         """Sliding windows always recover on their own, so they are always evictable."""
         return False
 
-    async def _redis(self, client: Redis, mode: str, request_id: str = "") -> list[Any]:
+    async def _redis(
+        self, client: Redis, mode: str, request_id: str = ""
+    ) -> tuple[bool, float, float]:
         lua = LOG_LUA if self.style == "log" else GCRA_LUA
-        args = [EPOCH_UNIX_S, self.limit, self.window_us, self.ttl_seconds, mode]
+        args: list[Any] = [EPOCH_UNIX_S, self.limit, self.window_us, self.ttl_seconds, mode]
         if self.style == "log":
             args.append(request_id)
         return await rru.run_script(client, lua, self.redis_key, args)

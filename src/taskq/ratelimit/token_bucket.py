@@ -97,7 +97,7 @@ class TokenBucket:
             and self._memory.consumed(self.capacity)
         )
 
-    async def _redis(self, client: Redis, count: float, mode: str) -> list[Any]:
+    async def _redis(self, client: Redis, count: float, mode: str) -> tuple[bool, float, float]:
         args = (
             EPOCH_UNIX_S,
             repr(self.capacity),

@@ -96,9 +96,9 @@ class SlidingWindow:
         """Sliding windows always recover on their own, so they are always evictable."""
         return False
 
-    def _redis(self, client: Redis, mode: str, request_id: str = "") -> list[Any]:
+    def _redis(self, client: Redis, mode: str, request_id: str = "") -> tuple[bool, float, float]:
         lua = LOG_LUA if self.style == "log" else GCRA_LUA
-        args = [EPOCH_UNIX_S, self.limit, self.window_us, self.ttl_seconds, mode]
+        args: list[Any] = [EPOCH_UNIX_S, self.limit, self.window_us, self.ttl_seconds, mode]
         if self.style == "log":
             args.append(request_id)
         return rru.run_script(client, lua, self.redis_key, args)

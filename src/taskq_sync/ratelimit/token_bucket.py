@@ -95,7 +95,7 @@ class TokenBucket:
             and self._memory.consumed(self.capacity)
         )
 
-    def _redis(self, client: Redis, count: float, mode: str) -> list[Any]:
+    def _redis(self, client: Redis, count: float, mode: str) -> tuple[bool, float, float]:
         args = (
             EPOCH_UNIX_S,
             repr(self.capacity),
