@@ -108,6 +108,36 @@ class WorkerSettings(TaskQSettings):
     termination_grace_period: timedelta = Field(default=timedelta(seconds=60))
     progress_data_max_bytes: int = Field(default=8192, ge=1)
     progress_flush_interval: timedelta = Field(default=timedelta(seconds=2))
+    log_level: str = Field(default="INFO", description="Worker log level (structlog).")
+
+    @field_validator(
+        "lock_lease",
+        "heartbeat_interval",
+        "sweep_interval",
+        "poll_interval",
+        "cancellation_grace_period",
+        "cleanup_grace_period",
+        "termination_grace_period",
+        "progress_flush_interval",
+        mode="before",
+    )
+    @classmethod
+    def _seconds_string(cls, value: Any) -> Any:
+        """Accept ``TASKQ_POLL_INTERVAL=0.2`` (seconds) as well as ISO 8601 durations."""
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                return value
+        return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _check_level(cls, value: str) -> str:
+        level = value.upper()
+        if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+            raise ValueError("must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
+        return level
 
     @field_validator(
         "lock_lease",

@@ -49,7 +49,7 @@ async def running_worker(
     settings: WorkerSettings, actors: Mapping[str, Any], **kwargs: Any
 ) -> AsyncIterator[Worker]:
     """A worker running as a task of this event loop; stopped (SIGTERM path) on exit."""
-    worker = Worker(settings=settings, actors=actors, **kwargs)
+    worker = Worker(settings=settings, actors=actors, hard_exit=False, **kwargs)
     task = asyncio.ensure_future(worker.run())
     try:
         yield worker

@@ -91,14 +91,14 @@ class CancelController:
         """Move job-cancelled attempts to phase 2 or 3 when their grace ran out."""
         now = time.monotonic()
         phase_writes: list[dict[str, Any]] = []
+        to_force: list[RunningJob] = []
         for job in list(jobs):
             if job.cancel_reason != "job" or job.detached:
                 continue
             waited = now - job.cancel_started_mono
             if job.cancel_phase < 2 and waited >= self._cancel_grace:
                 job.cancel_phase = 2
-                if not job.ref.is_sync:
-                    job.force_cancel()
+                to_force.append(job)
                 phase_writes.append({"b_id": job.id, "b_attempt": job.attempt, "phase": 2})
                 _log.info(
                     "job-cancel-forced",
@@ -127,5 +127,11 @@ class CancelController:
                     )
                 )
         if phase_writes:
-            async with transaction(self._engine) as conn:
-                await conn.execute(self._set_phase, phase_writes)
+            # Stamp phase 2 before interrupting, so the row says why the attempt ended.
+            try:
+                async with transaction(self._engine) as conn:
+                    await conn.execute(self._set_phase, phase_writes)
+            finally:
+                for job in to_force:
+                    if not job.ref.is_sync:
+                        job.force_cancel()

@@ -51,7 +51,9 @@ async def run_sync_actor_tracked(
 
     loop = asyncio.get_running_loop()
     done = threading.Event()
+    exited = asyncio.Event()
     job.thread_done = done
+    job.thread_exited = exited
 
     def tracked() -> Any:
         try:
@@ -59,7 +61,7 @@ async def run_sync_actor_tracked(
         finally:
             done.set()
             with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(job.thread_exited.set)
+                loop.call_soon_threadsafe(exited.set)
 
     return await loop.run_in_executor(executor, tracked)
 
@@ -251,9 +253,10 @@ class Dispatcher:
             self.completer.submit(outcome)
 
     async def _reap(self, job: RunningJob) -> None:
-        while job.thread_alive():
-            await job.thread_exited.wait()
-            job.thread_exited.clear()
+        exited = job.thread_exited
+        while job.thread_alive() and exited is not None:
+            await exited.wait()
+            exited.clear()
         self.lingering.discard(job)
 
     def detach(self, job: RunningJob) -> None:

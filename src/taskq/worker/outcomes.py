@@ -45,6 +45,30 @@ async def run_hook(name: str, fn: Callable[..., Any], timeout: float, *args: Any
         _log.warning("worker-hook-failed", hook=name, error=repr(exc))
 
 
+_BATCH_COLUMNS = (
+    ("ids", "b_id"),
+    ("attempts", "b_attempt"),
+    ("statuses", "b_status"),
+    ("outcomes", "b_outcome"),
+    ("results", "b_result"),
+    ("error_classes", "b_error_class"),
+    ("errors", "b_error"),
+    ("tracebacks", "b_traceback"),
+    ("budgets", "b_budget"),
+    ("delays", "b_delay_s"),
+    ("ttls", "b_ttl_s"),
+    ("has_progress", "b_has_progress"),
+    ("progresses", "b_progress"),
+)
+
+
+def _columns(rows: list[dict[str, Any]], worker_id: UUID) -> dict[str, Any]:
+    """Row-wise parameter sets to the column arrays of ``finish_jobs_batch_pg``."""
+    params: dict[str, Any] = {name: [row[key] for row in rows] for name, key in _BATCH_COLUMNS}
+    params["worker_id"] = worker_id
+    return params
+
+
 class Completer:
     """Batches outcomes into fenced writes; ``on_written`` is called per committed outcome."""
 
@@ -69,6 +93,7 @@ class Completer:
         self._record = dq.record_attempts(self._dialect)
         self._finish = dq.finish_jobs(self._dialect)
         self._release = wq.release_jobs(self._dialect)
+        self._batch = dq.finish_jobs_batch_pg() if self._dialect == "postgresql" else None
 
     def submit(self, outcome: Outcome) -> None:
         """Queue an outcome for the next flush."""
@@ -161,6 +186,13 @@ class Completer:
                 }
             )
         async with transaction(self._engine) as conn:
+            if self._batch is not None:
+                if finishes:
+                    await conn.execute(self._batch, _columns(finishes, self._worker_id))
+                if releases:
+                    await conn.execute(self._record, releases)
+                    await conn.execute(self._release, releases)
+                return
             await conn.execute(self._record, records)
             if finishes:
                 await conn.execute(self._finish, finishes)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import signal
 import socket
@@ -44,7 +45,7 @@ from taskq.worker.shutdown import WATCHDOG_TAIL_S, Phase, ShutdownState, Watchdo
 from taskq.worker.state import Outcome, RunningJob
 from taskq.worker.sweep import Sweeper
 
-__all__ = ["Worker", "resolve_actors", "worker_main"]
+__all__ = ["Worker", "configure_logging", "resolve_actors", "worker_main"]
 
 _log = structlog.get_logger("taskq.worker")
 _CANCEL_POLL_S = 0.5
@@ -80,10 +81,12 @@ class Worker:
         rate_limit_registry: Any = None,
         di_registry: ProviderRegistry | None = None,
         engine: AsyncEngine | None = None,
+        hard_exit: bool = True,
     ) -> None:
         if not actors:
             raise ValueError("a worker needs at least one actor")
         self.settings = settings
+        self.hard_exit = hard_exit
         self.actors = dict(actors)
         self.worker_id: UUID = new_uuid()
         self.state = ShutdownState()
@@ -396,7 +399,7 @@ class Worker:
         alive = bool(d.lingering)
         self.state.enter(Phase.STOPPED)
         self._log.info("worker-stopped", lingering_threads=len(d.lingering))
-        if alive:
+        if alive and self.hard_exit:
             # Executor threads are non-daemon: a normal exit would wait for them forever.
             os._exit(0)
         watchdog.disarm()
@@ -439,6 +442,16 @@ class Worker:
             await self.engine.dispose()
 
 
+def configure_logging(level: str) -> None:
+    """Filter structlog at ``level`` unless the application configured structlog itself."""
+    if structlog.is_configured():
+        return
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level)),
+        cache_logger_on_first_use=True,
+    )
+
+
 def worker_main(
     *,
     settings: WorkerSettings | None = None,
@@ -453,6 +466,7 @@ def worker_main(
     """
     resolved = settings or WorkerSettings.load()
     actors = resolve_actors(actor_registry)
+    configure_logging(resolved.log_level)
 
     async def main() -> int:
         worker = Worker(

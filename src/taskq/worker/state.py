@@ -40,9 +40,9 @@ class RunningJob:
     task: asyncio.Task[None] | None = None
     ctx: JobContext[Any] | None = None
     cancel_event: asyncio.Event = field(default_factory=asyncio.Event)
-    abort_flag: threading.Event = field(default_factory=threading.Event)
+    _abort_flag: threading.Event | None = None
     thread_done: threading.Event | None = None
-    thread_exited: asyncio.Event = field(default_factory=asyncio.Event)
+    thread_exited: asyncio.Event | None = None
     cancel_reason: CancelReason | None = None
     cancel_phase: int = 0
     cancel_started_mono: float = 0.0
@@ -50,6 +50,13 @@ class RunningJob:
     detached: bool = False
     progress: dict[str, Any] | None = None
     progress_dirty: bool = False
+
+    @property
+    def abort_flag(self) -> threading.Event:
+        """The thread-safe flag behind ``ctx.should_abort()`` (created on first use)."""
+        if self._abort_flag is None:
+            self._abort_flag = threading.Event()
+        return self._abort_flag
 
     @property
     def id(self) -> UUID:

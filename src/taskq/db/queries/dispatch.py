@@ -279,3 +279,112 @@ def notify_enqueued(schema: str, queue: str) -> Select[Any]:
     Delivered at commit, so a worker never wakes for a job it cannot see yet.
     """
     return select(func.pg_notify(notify_channel(schema), queue))
+
+
+def finish_jobs_batch_pg() -> Any:
+    """Postgres: end a whole batch of attempts in ONE statement (arrays, one per column).
+
+    ``WITH upd AS (UPDATE jobs ... FROM unnest(...) AS v ... RETURNING ...) INSERT INTO
+    job_attempts SELECT ... FROM upd``: the fenced update and the attempt records of the
+    rows it actually changed, together. Parameters (arrays, same length): ``ids``,
+    ``attempts``, ``statuses``, ``outcomes``, ``results``, ``error_classes``, ``errors``,
+    ``tracebacks``, ``budgets``, ``delays``, ``ttls``, ``has_progress``, ``progresses``;
+    scalar ``worker_id``.
+    """
+    from sqlalchemy import Text, Uuid, column, insert
+    from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+
+    spec = [
+        ("ids", "id", Uuid()),
+        ("attempts", "attempt", Integer()),
+        ("statuses", "status", Text()),
+        ("outcomes", "outcome", Text()),
+        ("results", "result", JSONB()),
+        ("error_classes", "error_class", Text()),
+        ("errors", "error", Text()),
+        ("tracebacks", "traceback", Text()),
+        ("budgets", "budget", Integer()),
+        ("delays", "delay_s", Float()),
+        ("ttls", "ttl_s", Float()),
+        ("has_progress", "has_progress", Integer()),
+        ("progresses", "progress", JSONB()),
+    ]
+    v = (
+        func.unnest(*(bindparam(param, type_=ARRAY(type_)) for param, _, type_ in spec))
+        .table_valued(*(column(name, type_) for _, name, type_ in spec))
+        .render_derived(name="v")
+    )
+    ts = func.clock_timestamp()
+    terminal = v.c.status.in_(
+        [literal_column("'succeeded'"), literal_column("'failed'"), literal_column("'cancelled'")]
+    )
+    upd = (
+        update(jobs)
+        .where(
+            jobs.c.id == v.c.id,
+            jobs.c.attempt == v.c.attempt,
+            jobs.c.locked_by == bindparam("worker_id", type_=jobs.c.locked_by.type),
+            jobs.c.status == _RUNNING,
+        )
+        .values(
+            status=v.c.status,
+            result=v.c.result,
+            error_class=v.c.error_class,
+            error=v.c.error,
+            budget_used=jobs.c.budget_used + v.c.budget,
+            scheduled_at=case(
+                (v.c.delay_s.is_(None), jobs.c.scheduled_at),
+                else_=after("postgresql", v.c.delay_s),
+            ),
+            finished_at=case((terminal, ts), else_=null()),
+            result_expires_at=case(
+                (v.c.ttl_s.is_(None), null()), else_=after("postgresql", v.c.ttl_s)
+            ),
+            locked_by=null(),
+            lease_expires_at=null(),
+            cancel_phase=case((terminal, jobs.c.cancel_phase), else_=literal(0)),
+            progress=case((v.c.has_progress == 1, v.c.progress), else_=jobs.c.progress),
+            progress_seq=jobs.c.progress_seq + 1,
+            updated_at=ts,
+        )
+        .returning(
+            jobs.c.id.label("job_id"),
+            jobs.c.attempt.label("attempt"),
+            bindparam("worker_id", type_=jobs.c.locked_by.type).label("worker_id"),
+            v.c.outcome,
+            v.c.error_class.label("a_error_class"),
+            v.c.error.label("a_error"),
+            v.c.traceback,
+            jobs.c.started_at,
+        )
+        .cte("upd")
+    )
+    source = select(
+        upd.c.job_id,
+        upd.c.attempt,
+        upd.c.worker_id,
+        upd.c.outcome,
+        upd.c.a_error_class,
+        upd.c.a_error,
+        upd.c.traceback,
+        func.coalesce(upd.c.started_at, ts),
+        ts,
+    )
+    return (
+        insert(job_attempts)
+        .from_select(
+            [
+                job_attempts.c.job_id,
+                job_attempts.c.attempt,
+                job_attempts.c.worker_id,
+                job_attempts.c.outcome,
+                job_attempts.c.error_class,
+                job_attempts.c.error,
+                job_attempts.c.traceback,
+                job_attempts.c.started_at,
+                job_attempts.c.finished_at,
+            ],
+            source,
+        )
+        .add_cte(upd)
+    )

@@ -1,0 +1,270 @@
+"""Worker throughput and pickup latency, printed as one table.
+
+    python benchmarks/throughput.py                    # Postgres (TASKQ_BENCH_DATABASE_URL)
+    python benchmarks/throughput.py --engine sqlite    # the embedded engine
+
+Measures, on a fresh database: no-op jobs/second drained by one worker process from a
+backlog (default 20,000), the same with two processes, and the median and p99 delay from
+enqueue to start at a steady offered load (default 200 jobs/s). Drain rate is computed
+from the store's own timestamps: jobs / (last ``finished_at`` - first ``started_at``).
+Pickup latency is ``started_at - created_at`` per job, both stamped by the store's clock.
+``--compare`` adds procrastinate/pgqueuer rows measured by ``benchmarks/compare.py`` when
+their results file exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine, func, select, text
+from sqlalchemy.engine import URL, make_url
+
+from taskq.backends.sql import SqlBackend
+from taskq.client import JobsClient
+from taskq.db import migrate
+from taskq.db.engine import make_engine
+from taskq.db.tables import jobs
+from taskq.records import EnqueueArgs
+from taskq.settings import TaskQSettings
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = "tests.e2e.apps.basic:registry"
+ADMIN = os.environ.get(
+    "TASKQ_BENCH_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
+
+
+def _fresh_database(engine_kind: str, workdir: Path) -> str:
+    if engine_kind == "sqlite":
+        return f"sqlite:///{workdir / 'bench.db'}"
+    name = f"taskq_bench_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(make_url(ADMIN), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    return make_url(ADMIN).set(database=name).render_as_string(hide_password=False)
+
+
+def _drop_database(url: str) -> None:
+    if not url.startswith("postgresql"):
+        return
+    name = make_url(url).database
+    admin = create_engine(make_url(ADMIN), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+def _settings(url: str) -> TaskQSettings:
+    return TaskQSettings.load(database_url=url, redis_url=None, schema_name="taskq")
+
+
+async def _setup(url: str) -> None:
+    engine = make_engine(url, settings=_settings(url))
+    await migrate.upgrade(engine, settings=_settings(url))
+    await engine.dispose()
+
+
+async def _enqueue_backlog(url: str, count: int) -> float:
+    from tests.e2e.apps.basic import Empty, noop
+
+    engine = make_engine(url, settings=_settings(url))
+    client = JobsClient(SqlBackend(engine, settings=_settings(url)), settings=_settings(url))
+    started = time.perf_counter()
+    chunk = 1000
+    for start in range(0, count, chunk):
+        await client.enqueue_many(
+            [EnqueueArgs(noop, Empty()) for _ in range(min(chunk, count - start))]
+        )
+    elapsed = time.perf_counter() - started
+    await engine.dispose()
+    return count / elapsed
+
+
+def _spawn(url: str, concurrency: int, log: Path) -> subprocess.Popen[bytes]:
+    env = dict(os.environ)
+    env.update(
+        {
+            "TASKQ_DATABASE_URL": url,
+            "TASKQ_SCHEMA_NAME": "taskq",
+            "TASKQ_MAX_CONCURRENCY": str(concurrency),
+            "TASKQ_CLAIM_BATCH_SIZE": str(concurrency),
+            "TASKQ_POLL_INTERVAL": "0.2",
+            "PYTHONPATH": str(ROOT),
+        }
+    )
+    return subprocess.Popen(
+        [sys.executable, "-m", "taskq.worker", APP],
+        cwd=ROOT,
+        env=env,
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+    )
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        proc.wait(60)
+
+
+def _count_done(url: str) -> int:
+    engine = create_engine(_sync(url))
+    with engine.connect() as conn:
+        value = conn.execute(
+            select(func.count()).select_from(jobs).where(jobs.c.status == "succeeded")
+        ).scalar_one()
+    engine.dispose()
+    return int(value)
+
+
+def _sync(url: str) -> URL:
+    u = make_url(url)
+    if u.get_backend_name() == "postgresql":
+        return u.set(drivername="postgresql+psycopg").update_query_dict(
+            {"options": "-csearch_path=taskq"}
+        )
+    return u.set(drivername="sqlite+pysqlite")
+
+
+def _timestamps(url: str) -> list[tuple[Any, Any, Any]]:
+    engine = create_engine(_sync(url))
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(jobs.c.created_at, jobs.c.started_at, jobs.c.finished_at).where(
+                jobs.c.status == "succeeded"
+            )
+        ).all()
+    engine.dispose()
+    return [tuple(r) for r in rows]
+
+
+def _wait_done(url: str, count: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while _count_done(url) < count:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {count} jobs")
+        time.sleep(0.25)
+
+
+def drain(engine_kind: str, processes: int, backlog: int, concurrency: int) -> dict[str, float]:
+    """Backlog first, then workers: jobs/s from the store's first start to last finish."""
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        url = _fresh_database(engine_kind, workdir)
+        try:
+            asyncio.run(_setup(url))
+            enqueue_rate = asyncio.run(_enqueue_backlog(url, backlog))
+            procs = [_spawn(url, concurrency, workdir / f"w{i}.log") for i in range(processes)]
+            try:
+                _wait_done(url, backlog, 600)
+            finally:
+                _stop(procs)
+            rows = _timestamps(url)
+        finally:
+            _drop_database(url)
+    first = min(r[1] for r in rows)
+    last = max(r[2] for r in rows)
+    return {"drain": len(rows) / (last - first).total_seconds(), "enqueue": enqueue_rate}
+
+
+async def _offer(url: str, rate: float, seconds: float) -> int:
+    from tests.e2e.apps.basic import Empty, noop
+
+    engine = make_engine(url, settings=_settings(url))
+    client = JobsClient(SqlBackend(engine, settings=_settings(url)), settings=_settings(url))
+    total = int(rate * seconds)
+    start = time.perf_counter()
+    for i in range(total):
+        target = start + i / rate
+        delay = target - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        await client.enqueue(noop, Empty())
+    await engine.dispose()
+    return total
+
+
+def latency(engine_kind: str, rate: float, seconds: float, concurrency: int) -> dict[str, float]:
+    """Offered load with one worker running: enqueue-to-start delay, median and p99 (ms)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        url = _fresh_database(engine_kind, workdir)
+        try:
+            asyncio.run(_setup(url))
+            proc = _spawn(url, concurrency, workdir / "w.log")
+            try:
+                time.sleep(2.0)  # boot (imports, actor sync) before the clock starts
+                total = asyncio.run(_offer(url, rate, seconds))
+                _wait_done(url, total, 120)
+            finally:
+                _stop([proc])
+            rows = _timestamps(url)
+        finally:
+            _drop_database(url)
+    delays = sorted((r[1] - r[0]).total_seconds() * 1000 for r in rows)
+    p99 = delays[min(len(delays) - 1, int(len(delays) * 0.99))]
+    return {"p50": statistics.median(delays), "p99": p99}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engine", choices=("postgres", "sqlite"), default="postgres")
+    parser.add_argument("--backlog", type=int, default=20_000)
+    parser.add_argument("--concurrency", type=int, default=200)
+    parser.add_argument("--rate", type=float, default=200.0)
+    parser.add_argument("--seconds", type=float, default=15.0)
+    parser.add_argument("--compare", type=Path, default=ROOT / "benchmarks" / "compare.json")
+    args = parser.parse_args()
+
+    one = drain(args.engine, 1, args.backlog, args.concurrency)
+    two = drain(args.engine, 2, args.backlog, args.concurrency)
+    lat = latency(args.engine, args.rate, args.seconds, min(args.concurrency, 50))
+    rows: list[tuple[str, str, str, str, str, str]] = [
+        (
+            f"taskq ({args.engine})",
+            f"{one['drain']:,.0f}",
+            f"{two['drain']:,.0f}",
+            f"{lat['p50']:.1f}",
+            f"{lat['p99']:.1f}",
+            f"{one['enqueue']:,.0f}",
+        )
+    ]
+    if args.compare.exists() and args.engine == "postgres":
+        for name, data in json.loads(args.compare.read_text()).items():
+            rows.append(
+                (
+                    name,
+                    f"{data.get('drain_1', 0):,.0f}",
+                    f"{data.get('drain_2', 0):,.0f}",
+                    f"{data.get('p50', float('nan')):.1f}",
+                    f"{data.get('p99', float('nan')):.1f}",
+                    "-",
+                )
+            )
+    header = ("system", "drain 1 proc (jobs/s)", "drain 2 procs (jobs/s)",
+              f"p50 pickup @{args.rate:.0f}/s (ms)", f"p99 pickup (ms)", "bulk enqueue (jobs/s)")  # fmt: skip
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    print(" | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
+    print("-+-".join("-" * w for w in widths))
+    for row in rows:
+        print(" | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
+    print(f"backlog={args.backlog} concurrency={args.concurrency} cores={os.cpu_count()}")
+
+
+if __name__ == "__main__":
+    main()
