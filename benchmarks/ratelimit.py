@@ -80,12 +80,22 @@ async def rate_async(fn: Callable[[], Awaitable[Any]], seconds: float) -> float:
 def primitives(rl: Any, backend: str) -> dict[str, Any]:
     tag = uuid.uuid4().hex[:8]
     return {
-        "token bucket": rl.TokenBucket(f"bench_tb_{tag}", capacity=BIG, refill_per_second=BIG, backend=backend),
+        "token bucket": rl.TokenBucket(
+            f"bench_tb_{tag}", capacity=BIG, refill_per_second=BIG, backend=backend
+        ),
         "gcra": rl.SlidingWindow(
-            f"bench_gcra_{tag}", limit=10**9, window=timedelta(seconds=1), backend=backend, style="gcra"
+            f"bench_gcra_{tag}",
+            limit=10**9,
+            window=timedelta(seconds=1),
+            backend=backend,
+            style="gcra",
         ),
         "log": rl.SlidingWindow(
-            f"bench_log_{tag}", limit=10**9, window=timedelta(seconds=1), backend=backend, style="log"
+            f"bench_log_{tag}",
+            limit=10**9,
+            window=timedelta(seconds=1),
+            backend=backend,
+            style="log",
         ),
     }
 
@@ -94,7 +104,9 @@ def ensure_pg(settings: TaskQSettings) -> str:
     url = make_url(PG_URL)
     admin = create_engine(url.set(database="postgres"), isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
-        exists = conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :d"), {"d": url.database}).scalar()
+        exists = conn.execute(
+            text("SELECT 1 FROM pg_database WHERE datname = :d"), {"d": url.database}
+        ).scalar()
         if not exists:
             conn.execute(text(f'CREATE DATABASE "{url.database}"'))
     admin.dispose()
@@ -114,10 +126,14 @@ def limits_rate(seconds: float) -> float | None:
     py = venv / "bin" / "python"
     try:
         if not py.exists():
-            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
+            subprocess.run(
+                [sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True
+            )
             subprocess.run(
                 [str(py), "-m", "pip", "install", "-q", "limits[redis]", "redis<8"],
-                check=True, capture_output=True, timeout=300,
+                check=True,
+                capture_output=True,
+                timeout=300,
             )
         code = f"""
 import time, uuid
@@ -134,17 +150,23 @@ while time.perf_counter() - start < {seconds}:
     n += 100
 print(n / (time.perf_counter() - start))
 """
-        out = subprocess.run([str(py), "-c", code], check=True, capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [str(py), "-c", code], check=True, capture_output=True, text=True, timeout=120
+        )
         return float(out.stdout.strip().splitlines()[-1])
     except (subprocess.SubprocessError, OSError, ValueError):
         return None
 
 
-async def async_rows(seconds: float, settings: TaskQSettings, pg_url: str) -> dict[tuple[str, str], float]:
+async def async_rows(
+    seconds: float, settings: TaskQSettings, pg_url: str
+) -> dict[tuple[str, str], float]:
     rows: dict[tuple[str, str], float] = {}
     client = aredis.Redis.from_url(REDIS_URL)
     sha = await client.script_load(TRIVIAL)
-    rows[("raw EVALSHA (trivial script)", "redis")] = await rate_async(lambda: client.evalsha(sha, 0), seconds)
+    rows[("raw EVALSHA (trivial script)", "redis")] = await rate_async(
+        lambda: client.evalsha(sha, 0), seconds
+    )
     clock = FakeClock(datetime(2025, 1, 1, tzinfo=UTC))
     engine = make_async_engine(pg_url, settings=settings)
     for backend, kw in (
@@ -164,7 +186,9 @@ def sync_rows(seconds: float, settings: TaskQSettings, pg_url: str) -> dict[tupl
     rows: dict[tuple[str, str], float] = {}
     client = redis.Redis.from_url(REDIS_URL)
     sha = client.script_load(TRIVIAL)
-    rows[("raw EVALSHA (trivial script)", "redis")] = rate_sync(lambda: client.evalsha(sha, 0), seconds)
+    rows[("raw EVALSHA (trivial script)", "redis")] = rate_sync(
+        lambda: client.evalsha(sha, 0), seconds
+    )
     clock = FakeClock(datetime(2025, 1, 1, tzinfo=UTC))
     engine = make_sync_engine(pg_url, settings=settings)
     for backend, kw in (
@@ -190,7 +214,10 @@ def main() -> None:
     a = asyncio.run(async_rows(args.seconds, settings, pg_url))
     s = sync_rows(args.seconds, settings, pg_url)
     lim = None if args.no_limits else limits_rate(args.seconds)
-    raw_a, raw_s = a[("raw EVALSHA (trivial script)", "redis")], s[("raw EVALSHA (trivial script)", "redis")]
+    raw_a, raw_s = (
+        a[("raw EVALSHA (trivial script)", "redis")],
+        s[("raw EVALSHA (trivial script)", "redis")],
+    )
     print(f"{'primitive':<30} {'backend':<9} {'async/s':>10} {'sync/s':>10} {'vs raw (a/s)':>14}")
     for key in a:
         label, backend = key

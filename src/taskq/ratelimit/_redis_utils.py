@@ -6,6 +6,7 @@ Scripts run through redis-py's ``Script`` (``EVALSHA``, re-``SCRIPT LOAD`` on
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -44,13 +45,11 @@ def require_redis(client: Redis | None, name: str) -> Redis:
     """The client, or a clear error saying what to pass or install."""
     if client is not None:
         return client
-    try:
-        import redis  # noqa: F401
-    except ImportError:  # pragma: no cover - the dev environment has the extra
+    if importlib.util.find_spec("redis") is None:  # pragma: no cover - dev env has it
         raise RedisExtraMissing(
             f'{name!r} uses backend="redis" but the redis package is not installed: '
             'pip install "taskq-py[redis]" (or use backend="postgres")'
-        ) from None
+        )
     raise RedisUnavailableError(
         f'{name!r} uses backend="redis": pass redis_client= (a redis.asyncio.Redis), '
         'or use backend="postgres" or "memory"'

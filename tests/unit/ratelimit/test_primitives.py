@@ -229,3 +229,20 @@ def test_queue_cap_reservation_name() -> None:
     assert queue_concurrency_reservation_name("external-api") == "taskq:global:queue:external-api"
     with pytest.raises(ValueError):
         queue_concurrency_reservation_name("bad:queue")
+
+
+async def test_redis_backend_without_the_extra_says_how_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib.util
+
+    from taskq.exceptions import RedisExtraMissing
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "redis" else real(name, *a)
+    )
+    with pytest.raises(ImportError, match=r'pip install "taskq-py\[redis\]"') as info:
+        await TokenBucket("r", capacity=1, refill_per_second=1).acquire()
+    assert isinstance(info.value, RedisExtraMissing)
+    assert isinstance(info.value, RuntimeError)
