@@ -122,18 +122,22 @@ class ConcurrencyReservation:
             if index is None:
                 raise ReservationUnavailable(self.name, us_to_timedelta(wait_us))
             return index
-        async with transaction(_bind(pool, self.schema)) as conn:
-            index = await self._claim(conn, job, worker)
-            if index is not None:
-                return index
-            count, soonest, now = (
-                await conn.execute(q.slots_soonest_expiry(conn.dialect.name, self.name, self.slots))
-            ).one()
-            if count < self.slots:
-                await conn.execute(q.slots_ensure(conn.dialect.name, self.name, self.slots))
+        for _ in range(3):
+            async with transaction(_bind(pool, self.schema)) as conn:
                 index = await self._claim(conn, job, worker)
                 if index is not None:
                     return index
+                dialect = conn.dialect.name
+                stats = q.slots_soonest_expiry(dialect, self.name, self.slots)
+                count, free, soonest, now = (await conn.execute(stats)).one()
+                if count < self.slots:
+                    await conn.execute(q.slots_ensure(dialect, self.name, self.slots))
+                    index = await self._claim(conn, job, worker)
+                    if index is not None:
+                        return index
+            # Free rows skipped only because a concurrent claim had them locked: look again.
+            if not free:
+                break
         wait = DEFAULT_RESERVATION_BACKOFF if soonest is None else max(timedelta(0), soonest - now)
         raise ReservationUnavailable(self.name, wait)
 

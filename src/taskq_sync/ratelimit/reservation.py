@@ -120,18 +120,21 @@ class ConcurrencyReservation:
             if index is None:
                 raise ReservationUnavailable(self.name, us_to_timedelta(wait_us))
             return index
-        with transaction(_bind(pool, self.schema)) as conn:
-            index = self._claim(conn, job, worker)
-            if index is not None:
-                return index
-            count, soonest, now = conn.execute(
-                q.slots_soonest_expiry(conn.dialect.name, self.name, self.slots)
-            ).one()
-            if count < self.slots:
-                conn.execute(q.slots_ensure(conn.dialect.name, self.name, self.slots))
+        for _ in range(3):
+            with transaction(_bind(pool, self.schema)) as conn:
                 index = self._claim(conn, job, worker)
                 if index is not None:
                     return index
+                dialect = conn.dialect.name
+                stats = q.slots_soonest_expiry(dialect, self.name, self.slots)
+                count, free, soonest, now = conn.execute(stats).one()
+                if count < self.slots:
+                    conn.execute(q.slots_ensure(dialect, self.name, self.slots))
+                    index = self._claim(conn, job, worker)
+                    if index is not None:
+                        return index
+            if not free:
+                break
         wait = DEFAULT_RESERVATION_BACKOFF if soonest is None else max(timedelta(0), soonest - now)
         raise ReservationUnavailable(self.name, wait)
 

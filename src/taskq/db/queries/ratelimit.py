@@ -20,6 +20,7 @@ from sqlalchemy import (
     Update,
     and_,
     bindparam,
+    case,
     delete,
     func,
     literal,
@@ -252,10 +253,15 @@ def slot_claim(
 
 
 def slots_soonest_expiry(dialect_name: str, name: str, slots: int) -> Select[*tuple[Any, ...]]:
-    """How many slot rows exist, the soonest lease expiry and the store's clock."""
-    return select(func.count(), func.min(_s.lease_expires_at), db_now(dialect_name)).where(
-        _s.name == name, _s.slot_index < slots
-    )
+    """Slot rows: how many exist, how many are free, the soonest live lease end, and now."""
+    free = _free(dialect_name)
+    soonest = type_coerce(func.min(case((free, None), else_=_s.lease_expires_at)), UTCDateTime())
+    return select(
+        func.count(),
+        func.coalesce(func.sum(case((free, 1), else_=0)), 0),
+        soonest,
+        db_now(dialect_name),
+    ).where(_s.name == name, _s.slot_index < slots)
 
 
 def slot_release(name: str, slot_index: int, worker_id: UUID) -> Update:
