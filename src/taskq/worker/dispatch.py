@@ -91,6 +91,7 @@ class Dispatcher:
         self.running: dict[UUID, RunningJob] = {}
         self.inflight: dict[UUID, RunningJob] = {}
         self.lingering: set[RunningJob] = set()
+        self.held: set[RunningJob] = set()
         self.claiming = True
         self.slot_freed = asyncio.Event()
         self.executor = ThreadPoolExecutor(
@@ -269,6 +270,8 @@ class Dispatcher:
 
     def _written(self, outcome: Outcome) -> None:
         job = outcome.job
+        if outcome.kind == "release" and outcome.hold_s is not None:
+            self.held.add(job)
         current = self.inflight.get(job.id)
         if current is job:
             del self.inflight[job.id]

@@ -415,14 +415,14 @@ class Worker:
         unhold = wq.unhold_job(self.engine.dialect.name)
         started = self.state.started_mono or time.monotonic()
         deadline = started + self.settings.termination_grace_period.total_seconds()
-        while d.lingering and time.monotonic() < deadline and not self.state.escalate.is_set():
-            exited = [j for j in list(d.lingering) if not j.thread_alive()]
+        while d.held and time.monotonic() < deadline and not self.state.escalate.is_set():
+            exited = [j for j in list(d.held) if not j.thread_alive()]
             for job in exited:
-                d.lingering.discard(job)
+                d.held.discard(job)
                 with contextlib.suppress(DBAPIError, SQLAlchemyError, OSError):
                     async with transaction(self.engine) as conn:
                         await conn.execute(unhold, {"b_id": job.id, "b_attempt": job.attempt})
-            if d.lingering:
+            if d.held:
                 await asyncio.sleep(0.05)
 
     async def _teardown(self) -> None:

@@ -91,6 +91,16 @@ async def sleep_async(payload: Work, ctx: JobContext[Work]) -> None:
     _record(ctx.job_id, ctx.attempt, os.getpid(), "end", repr(time.time()))
 
 
+@actor(name="e2e_slow_first", retry=FAST_RETRY)
+async def slow_first(payload: Work, ctx: JobContext[Work]) -> EchoResult:
+    """Sleeps ``seconds`` on its first attempt only (so a reclaimed job finishes fast)."""
+    _record(ctx.job_id, ctx.attempt, os.getpid(), "start", repr(time.time()))
+    if ctx.attempt == 1:
+        await asyncio.sleep(payload.seconds)
+    _record(ctx.job_id, ctx.attempt, os.getpid(), "end", repr(time.time()))
+    return EchoResult(doubled=ctx.attempt)
+
+
 @actor(name="e2e_cooperative_async")
 async def cooperative_async(payload: Work, ctx: JobContext[Work]) -> None:
     """Waits for cancellation and exits by raising, as the raise-vs-return rule asks."""
@@ -144,6 +154,7 @@ registry: dict[str, Any] = {
         noop,
         echo,
         record,
+        slow_first,
         sleep_async,
         cooperative_async,
         sync_polling,
