@@ -123,7 +123,7 @@ async def execute(job: RunningJob, env: AttemptEnv) -> Outcome:
         timeout = _timeout_s(job, env)
         if timeout is not None and timeout <= 0:
             raise ScheduleToCloseTimeout(ref.name, job.id)
-        if env.acquire is not None and (ref.rate_limits or ref.reservations):
+        if env.acquire is not None:
             acquired = await env.acquire(job, payload)
         limit = asyncio.timeout(timeout)
         try:

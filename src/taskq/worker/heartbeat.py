@@ -49,7 +49,7 @@ class Heartbeat:
         self._interval = interval_s
         self._lease = lease_s
         self._grace = grace_s
-        self._renew_slots = renew_slots
+        self.renew_slots = renew_slots
         self._after_beat = after_beat
         self.status = "running"
         self.last_ok = time.monotonic()
@@ -67,7 +67,7 @@ class Heartbeat:
             await conn.execute(wq.heartbeat_worker(self._dialect, self._worker_id, self.status))
             if ids:
                 await conn.execute(self._leases, {"ids": ids})
-                if self._renew_slots:
+                if self.renew_slots:
                     await conn.execute(self._slots, {"ids": ids})
         self.last_ok = time.monotonic()
         if self.isolated:

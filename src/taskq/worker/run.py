@@ -93,6 +93,8 @@ class Worker:
         self._own_engine = engine is None
         self.engine = engine or make_engine(settings.effective_database_url, settings=settings)
         self._rl = rate_limit_registry
+        self._redis: Any = None
+        self._queue_caps: dict[str, Any] = {}
         self._di = di_registry
         self._container: Container | None = None
         self._changed = asyncio.Event()
@@ -131,12 +133,11 @@ class Worker:
     # -- wiring ---------------------------------------------------------------------
 
     def _env(self, dispatcher: Dispatcher) -> AttemptEnv:
-        needs_rl = any(ref.rate_limits or ref.reservations for ref in self.actors.values())
         return AttemptEnv(
             run_sync=lambda job, call: run_sync_actor_tracked(job, call, dispatcher.executor),
             kwargs_for=self._kwargs_for,
-            acquire=self._acquire if needs_rl else None,
-            release=self._release if needs_rl else None,
+            acquire=None,
+            release=None,
             progress_sink=self._progress_sink,
             sub_jobs=self._sub_jobs(),
             default_start_to_close=self.settings.default_start_to_close,
@@ -159,18 +160,41 @@ class Worker:
             return await inv.kwargs_for(job.ref)
 
     async def _acquire(self, job: RunningJob, payload: Any) -> Any:
-        registry = self._rl
-        if registry is None:
-            return None
-        return await registry.acquire_for_actor(
-            job.ref, payload, job_id=job.id, worker_id=self.worker_id, pg_pool=self.engine
-        )
+        """Queue cap slot first, then the actor's reservations and rate limits, in order."""
+        held: list[tuple[Any, int]] = []
+        cap = self._queue_caps.get(job.row["queue"])
+        if cap is not None:
+            held.append((cap, await cap.acquire(job.id, self.worker_id, pool=self.engine)))
+        ref = job.ref
+        if not (ref.rate_limits or ref.reservations) or self._rl is None:
+            return (held, [])
+        try:
+            acquired = await self._rl.acquire_for_actor(
+                ref,
+                payload,
+                job_id=job.id,
+                worker_id=self.worker_id,
+                redis_client=self._redis,
+                pg_pool=self.engine,
+                settings=self.settings,
+            )
+        except BaseException:
+            await self._release((held, []))
+            raise
+        return (held, acquired)
 
     async def _release(self, acquired: Any) -> None:
-        if self._rl is not None and acquired:
+        held, resources = acquired
+        if resources and self._rl is not None:
             await self._rl.release_for_actor(
-                acquired, worker_id=self.worker_id, pg_pool=self.engine
+                resources,
+                worker_id=self.worker_id,
+                redis_client=self._redis,
+                pg_pool=self.engine,
+                settings=self.settings,
             )
+        for reservation, slot in reversed(held):
+            await reservation.release(slot, self.worker_id, pool=self.engine)
 
     def _progress_sink(self, job: RunningJob) -> Callable[..., Awaitable[None]]:
         limit = self.settings.progress_data_max_bytes
@@ -235,32 +259,50 @@ class Worker:
         )
 
     async def _bootstrap_rate_limits(self) -> None:
+        """Register actor-declared primitives, sync their slots, and set up queue caps.
+
+        A queue with ``queues.max_concurrent`` gets a ``taskq:global:queue:{queue}``
+        reservation every job on it acquires first. A failure here crashes the boot: a
+        cap registered without its slot rows would deny every dispatch on that queue.
+        """
+        from taskq.ratelimit import ConcurrencyReservation, SlidingWindow, TokenBucket, sync_slots
+        from taskq.ratelimit import registry as default_registry
+        from taskq.ratelimit.refs import queue_concurrency_reservation_name
+
+        refs = list(self.actors.values())
+        uses_limits = any(ref.rate_limits or ref.reservations for ref in refs)
+        if uses_limits and self._rl is None:
+            self._rl = default_registry
         declared = [
             item
-            for ref in self.actors.values()
+            for ref in refs
             for item in (*ref.rate_limits, *ref.reservations)
-            if not isinstance(item, str)
+            if isinstance(item, TokenBucket | SlidingWindow | ConcurrencyReservation)
         ]
-        named = any(ref.rate_limits or ref.reservations for ref in self.actors.values())
-        if not named:
-            return
-        if self._rl is None:
-            from taskq.ratelimit import registry as default_registry  # type: ignore[attr-defined]
-
-            self._rl = default_registry
         for item in declared:
-            register = getattr(self._rl, "register", None)
-            if register is not None and type(item).__name__ in (
-                "TokenBucket",
-                "SlidingWindow",
-                "ConcurrencyReservation",
-            ):
-                register(item)
-        reservations = [i for i in declared if type(i).__name__ == "ConcurrencyReservation"]
-        if reservations:
-            from taskq.ratelimit import sync_slots  # type: ignore[attr-defined]
+            self._rl.register(item)
+        slots = [i for i in declared if isinstance(i, ConcurrencyReservation)]
+        async with transaction(self.engine, readonly=True) as conn:
+            caps = (await conn.execute(wq.queue_caps(self.settings.queues))).all()
+        for queue, max_concurrent in caps:
+            reservation = ConcurrencyReservation(
+                queue_concurrency_reservation_name(queue),
+                slots=int(max_concurrent),
+                lease=self.settings.lock_lease,
+                schema=self.settings.schema_name,
+            )
+            self._queue_caps[queue] = reservation
+            slots.append(reservation)
+        if slots:
+            await sync_slots(slots, pool=self.engine, schema=self.settings.schema_name)
+        if uses_limits and self.settings.redis_url and any(ref.rate_limits for ref in refs):
+            from redis.asyncio import Redis
 
-            await sync_slots(reservations, pool=self.engine)
+            self._redis = Redis.from_url(self.settings.redis_url)
+        if uses_limits or self._queue_caps:
+            self.dispatcher.env.acquire = self._acquire
+            self.dispatcher.env.release = self._release
+            self.heartbeat.renew_slots = True
 
     # -- loops ----------------------------------------------------------------------
 
@@ -438,6 +480,9 @@ class Worker:
             with contextlib.suppress(Exception):
                 await self._container.aclose()
         await self.dispatcher.close()
+        if self._redis is not None:
+            with contextlib.suppress(Exception):
+                await self._redis.aclose()
         if self._own_engine:
             await self.engine.dispose()
 

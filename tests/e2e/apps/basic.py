@@ -148,6 +148,47 @@ async def control(payload: Control, ctx: JobContext[Control]) -> None:
         await asyncio.sleep(payload.seconds)
 
 
+class Counter:
+    """A DI dependency: one instance per worker process."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+
+HOOK_CALLS: list[tuple[str, Any]] = []
+
+
+def _on_success(row: Any, result: Any) -> None:
+    HOOK_CALLS.append(("success", row["id"]))
+
+
+async def _on_exhausted(row: Any, exc: BaseException) -> None:
+    HOOK_CALLS.append(("exhausted", type(exc).__name__))
+
+
+@actor(name="e2e_di")
+def with_dependency(payload: Echo, ctx: JobContext[Echo], *, counter: Counter) -> EchoResult:
+    """A sync actor with a DI dependency (resolved on the loop, used in the thread)."""
+    counter.calls += 1
+    return EchoResult(doubled=payload.value * 2)
+
+
+@actor(name="e2e_progress", on_success=_on_success, result_ttl=timedelta(milliseconds=300))
+async def with_progress(payload: Echo, ctx: JobContext[Echo]) -> EchoResult:
+    await ctx.progress(step=1, percent=50.0, detail="half")
+    await ctx.progress(step=2, percent=100.0)
+    return EchoResult(doubled=payload.value)
+
+
+@actor(
+    name="e2e_exhausts",
+    retry=RetryPolicy(max_attempts=2, base=timedelta(milliseconds=10), jitter=0),
+    on_retry_exhausted=_on_exhausted,
+)
+async def exhausts(payload: Empty) -> None:
+    raise ConnectionError("down")
+
+
 registry: dict[str, Any] = {
     ref.name: ref
     for ref in (

@@ -29,7 +29,8 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.elements import ColumnClause, ColumnElement
+from sqlalchemy.types import TypeEngine
 
 from taskq.db.dialect import now
 from taskq.db.tables import actor_config, job_attempts, jobs, queues
@@ -71,10 +72,13 @@ CLAIM_COLUMNS: Final = (
 )
 """What a claim returns: everything one attempt needs, so execution reads nothing else."""
 
-_READY: Final = (literal_column("'pending'"), literal_column("'scheduled'"))
+_READY: Final[tuple[ColumnClause[Any], ...]] = (
+    literal_column("'pending'"),
+    literal_column("'scheduled'"),
+)
 # Literals, not bound parameters: Postgres only uses the partial dispatch index when the
 # predicate visibly implies ``status IN ('pending', 'scheduled')``.
-_RUNNING: Final = literal_column("'running'")
+_RUNNING: Final[ColumnClause[Any]] = literal_column("'running'")
 
 
 def after(dialect_name: str, seconds: ColumnElement[Any]) -> ColumnElement[Any]:
@@ -294,7 +298,7 @@ def finish_jobs_batch_pg() -> Any:
     from sqlalchemy import Text, Uuid, column, insert
     from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
-    spec = [
+    spec: list[tuple[str, str, TypeEngine[Any]]] = [
         ("ids", "id", Uuid()),
         ("attempts", "attempt", Integer()),
         ("statuses", "status", Text()),

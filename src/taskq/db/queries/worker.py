@@ -26,11 +26,11 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.elements import ColumnClause, ColumnElement
 
 from taskq.db.dialect import insert, now
 from taskq.db.queries.dispatch import after
-from taskq.db.tables import jobs, leader_leases, reservation_slots, workers
+from taskq.db.tables import jobs, leader_leases, queues, reservation_slots, workers
 
 __all__ = [
     "acquire_leader",
@@ -40,6 +40,7 @@ __all__ = [
     "flush_progress",
     "finish_worker",
     "heartbeat_worker",
+    "queue_caps",
     "register_worker",
     "release_jobs",
     "release_leader",
@@ -52,7 +53,7 @@ __all__ = [
     "sweep_reclaim",
 ]
 
-_RUNNING: Final = literal_column("'running'")
+_RUNNING: Final[ColumnClause[Any]] = literal_column("'running'")
 
 
 def _secs(value: float) -> ColumnElement[Any]:
@@ -367,4 +368,11 @@ def flush_progress(worker_id: UUID) -> Update:
             progress=bindparam("b_progress", type_=jobs.c.progress.type),
             progress_seq=jobs.c.progress_seq + 1,
         )
+    )
+
+
+def queue_caps(names: tuple[str, ...]) -> Select[Any]:
+    """``(name, max_concurrent)`` of the listed queues that have a fleet-wide cap."""
+    return select(queues.c.name, queues.c.max_concurrent).where(
+        queues.c.name.in_(names), queues.c.max_concurrent.is_not(None)
     )

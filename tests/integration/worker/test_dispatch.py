@@ -1,0 +1,173 @@
+"""Dispatch controls, timeouts, DI, progress, hooks and result retention on each engine."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from taskq.backends.sql import SqlBackend
+from taskq.client import JobsClient
+from taskq.db.dialect import insert
+from taskq.db.tables import actor_config, job_attempts, jobs, queues
+from taskq.di import ProviderRegistry, Scope
+from tests.e2e import support
+from tests.e2e.apps import basic
+from tests.support.workers import running_worker, wait_until, worker_settings
+
+ACTORS = {
+    **basic.registry,
+    **{r.name: r for r in (basic.with_dependency, basic.with_progress, basic.exhausts)},
+}
+
+
+@pytest.fixture
+def runs_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "runs.txt"
+    monkeypatch.setenv("TASKQ_E2E_RUNS", str(path))
+    return path
+
+
+async def _row(engine: AsyncEngine, job_id: Any) -> Any:
+    async with engine.connect() as conn:
+        return (await conn.execute(select(jobs).where(jobs.c.id == job_id))).one()
+
+
+async def _status(engine: AsyncEngine, job_id: Any, *statuses: str) -> bool:
+    return bool((await _row(engine, job_id)).status in statuses)
+
+
+async def test_paused_queue_and_drain_mode_are_not_dispatched(
+    engine: AsyncEngine, engine_url: str | URL
+) -> None:
+    client = JobsClient(SqlBackend(engine))
+    paused = await client.enqueue(basic.noop, basic.Empty(), queue="held")
+    drained = await client.enqueue(basic.echo, basic.Echo(value=1), queue="other")
+    control = await client.enqueue(basic.noop, basic.Empty(), queue="other")
+    async with engine.begin() as conn:
+        await conn.execute(insert(engine.dialect.name, queues).values(name="held", paused=True))
+        # An operator's drain mode, stored before the worker boots (its sync is seed-only).
+        await conn.execute(
+            insert(engine.dialect.name, actor_config).values(actor="e2e_echo", max_concurrent=0)
+        )
+    settings = worker_settings(engine_url, queues=("held", "other"))
+    async with running_worker(settings, ACTORS):
+        await wait_until(lambda: _status(engine, control.job_id, "succeeded"))
+    assert await _status(engine, paused.job_id, "pending")
+    assert await _status(engine, drained.job_id, "pending")
+    async with engine.connect() as conn:
+        stored = (
+            await conn.execute(
+                select(actor_config.c.max_concurrent).where(actor_config.c.actor == "e2e_echo")
+            )
+        ).scalar_one()
+    assert stored == 0
+
+
+async def test_max_concurrent_one_serialises_an_actor(
+    engine: AsyncEngine, engine_url: str | URL, runs_file: Path
+) -> None:
+    client = JobsClient(SqlBackend(engine))
+    async with engine.begin() as conn:
+        await conn.execute(
+            insert(engine.dialect.name, actor_config).values(actor="e2e_record", max_concurrent=1)
+        )
+    handles = [await client.enqueue(basic.record, basic.Work(n=n, seconds=0.05)) for n in range(6)]
+    async with running_worker(worker_settings(engine_url, max_concurrency=6), ACTORS):
+        await wait_until(lambda: _all(engine, handles, "succeeded"))
+    spans = sorted((events[0][3], events[-1][3]) for events in support.runs(runs_file).values())
+    assert len(spans) == 6
+    assert all(nxt[0] >= cur[1] for cur, nxt in zip(spans, spans[1:], strict=False))
+
+
+async def _all(engine: AsyncEngine, handles: list[Any], *statuses: str) -> bool:
+    for handle in handles:
+        if not await _status(engine, handle.job_id, *statuses):
+            return False
+    return True
+
+
+async def test_priority_orders_dispatch(
+    engine: AsyncEngine, engine_url: str | URL, runs_file: Path
+) -> None:
+    client = JobsClient(SqlBackend(engine))
+    low = [await client.enqueue(basic.record, basic.Work(n=n), priority=0) for n in range(3)]
+    high = [await client.enqueue(basic.record, basic.Work(n=n), priority=5) for n in range(3)]
+    async with running_worker(worker_settings(engine_url, max_concurrency=1), ACTORS):
+        await wait_until(lambda: _all(engine, low + high, "succeeded"))
+    started = {job_id: events[0][3] for job_id, events in support.runs(runs_file).items()}
+    assert max(started[str(h.job_id)] for h in high) < min(started[str(h.job_id)] for h in low)
+
+
+async def test_start_to_close_and_schedule_to_close(
+    engine: AsyncEngine, engine_url: str | URL
+) -> None:
+    client = JobsClient(SqlBackend(engine))
+    per_attempt = await client.enqueue(
+        basic.control,
+        basic.Control(kind="sleep", seconds=30),
+        start_to_close=timedelta(milliseconds=200),
+    )
+    whole_job = await client.enqueue(
+        basic.control,
+        basic.Control(kind="sleep", seconds=30),
+        schedule_to_close=timedelta(milliseconds=400),
+    )
+    async with running_worker(worker_settings(engine_url), ACTORS):
+        await wait_until(lambda: _all(engine, [per_attempt, whole_job], "failed"))
+    async with engine.connect() as conn:
+        stmt = select(job_attempts.c.outcome, job_attempts.c.error_class).where(
+            job_attempts.c.job_id == per_attempt.job_id
+        )
+        history = (await conn.execute(stmt.order_by(job_attempts.c.attempt))).all()
+    assert [tuple(h) for h in history] == [
+        ("retried", "StartToCloseTimeout"),
+        ("retried", "StartToCloseTimeout"),
+        ("failed", "StartToCloseTimeout"),
+    ]
+    row = await _row(engine, whole_job.job_id)
+    assert row.error_class in ("StartToCloseTimeout", "ScheduleToCloseTimeout")
+    assert row.attempt == 1
+
+
+async def test_sync_actor_with_di_progress_hooks_and_result_ttl(
+    engine: AsyncEngine, engine_url: str | URL
+) -> None:
+    client = JobsClient(SqlBackend(engine))
+    counter = basic.Counter()
+    providers = ProviderRegistry()
+    providers.register_value(basic.Counter, Scope.PROCESS, counter)
+    providers.validate(actors=[basic.with_dependency])
+    basic.HOOK_CALLS.clear()
+    di_job = await client.enqueue(basic.with_dependency, basic.Echo(value=21))
+    progress_job = await client.enqueue(basic.with_progress, basic.Echo(value=7))
+    exhausted = await client.enqueue(basic.exhausts, basic.Empty())
+    settings = worker_settings(engine_url, sweep_interval=0.2, heartbeat_interval=0.2)
+    async with running_worker(settings, ACTORS, di_registry=providers):
+        await wait_until(lambda: _status(engine, di_job.job_id, "succeeded"))
+        await wait_until(lambda: _status(engine, exhausted.job_id, "failed"))
+        await wait_until(lambda: _status(engine, progress_job.job_id, "succeeded"))
+        row = await _row(engine, progress_job.job_id)
+        assert row.progress == {"step": 2, "percent": 100.0, "detail": "half"}
+        assert row.result_expires_at is not None
+        # The leader's result sweep drops the result once its TTL ran out.
+        await wait_until(lambda: _result_gone(engine, progress_job.job_id), timeout=20)
+        await wait_until(lambda: _hooks_called(2))
+    assert (await _row(engine, di_job.job_id)).result == {"doubled": 42}
+    assert counter.calls == 1
+    assert ("success", progress_job.job_id) in basic.HOOK_CALLS
+    assert ("exhausted", "ConnectionError") in basic.HOOK_CALLS
+
+
+async def _result_gone(engine: AsyncEngine, job_id: Any) -> bool:
+    row = await _row(engine, job_id)
+    return row.result is None and row.result_expires_at is None
+
+
+async def _hooks_called(n: int) -> bool:
+    return len(basic.HOOK_CALLS) >= n
