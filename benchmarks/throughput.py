@@ -257,7 +257,7 @@ def main() -> None:
                 )
             )
     header = ("system", "drain 1 proc (jobs/s)", "drain 2 procs (jobs/s)",
-              f"p50 pickup @{args.rate:.0f}/s (ms)", f"p99 pickup (ms)", "bulk enqueue (jobs/s)")  # fmt: skip
+              f"p50 pickup @{args.rate:.0f}/s (ms)", "p99 pickup (ms)", "bulk enqueue (jobs/s)")  # fmt: skip
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
     print(" | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
     print("-+-".join("-" * w for w in widths))

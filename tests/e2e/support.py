@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ def overlapping(events: list[tuple[int, int, str, float]]) -> bool:
         else:
             spans[attempt][1] = stamp
     ordered = sorted(spans.values())
-    return any(nxt[0] < cur[1] for cur, nxt in zip(ordered, ordered[1:], strict=False))
+    return any(nxt[0] < cur[1] for cur, nxt in itertools.pairwise(ordered))
 
 
 async def job_rows(engine: AsyncEngine) -> dict[Any, Any]:

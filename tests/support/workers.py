@@ -59,7 +59,10 @@ async def running_worker(
 
 
 async def wait_until(
-    check: Callable[[], Awaitable[bool]], *, timeout: float = 30.0, interval: float = 0.05
+    check: Callable[[], Awaitable[bool]],
+    *,
+    timeout: float = 30.0,  # noqa: ASYNC109
+    interval: float = 0.05,
 ) -> None:
     """Poll ``check`` until it is true; ``AssertionError`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

@@ -207,9 +207,9 @@ class Dispatcher:
             if len(rows) < want:
                 await self._wait(self.wake, poll)
 
-    async def _wait(self, event: asyncio.Event, timeout: float | None) -> None:
+    async def _wait(self, event: asyncio.Event, limit_s: float | None) -> None:
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(limit_s):
                 await event.wait()
 
     def stop_claiming(self) -> None:

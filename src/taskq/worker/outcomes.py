@@ -32,15 +32,15 @@ _log = structlog.get_logger("taskq.worker")
 _MAX_BATCH = 1000
 
 
-async def run_hook(name: str, fn: Callable[..., Any], timeout: float, *args: Any) -> None:
-    """Call a user hook bounded by ``timeout``; its failure is logged, never raised."""
+async def run_hook(name: str, fn: Callable[..., Any], limit_s: float, *args: Any) -> None:
+    """Call a user hook bounded by ``limit_s`` seconds; its failure is logged, never raised."""
     try:
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(limit_s):
             value = fn(*args)
             if inspect.isawaitable(value):
                 await value
     except TimeoutError:
-        _log.warning("worker-hook-timeout", hook=name, timeout=timeout)
+        _log.warning("worker-hook-timeout", hook=name, timeout=limit_s)
     except Exception as exc:
         _log.warning("worker-hook-failed", hook=name, error=repr(exc))
 
@@ -240,7 +240,7 @@ class Completer:
         self._hooks.add(task)
         task.add_done_callback(self._hooks.discard)
 
-    async def wait_hooks(self, timeout: float) -> None:
-        """Give running hooks up to ``timeout`` seconds (used at shutdown)."""
+    async def wait_hooks(self, limit_s: float) -> None:
+        """Give running hooks up to ``limit_s`` seconds (used at shutdown)."""
         if self._hooks:
-            await asyncio.wait(list(self._hooks), timeout=timeout)
+            await asyncio.wait(list(self._hooks), timeout=limit_s)

@@ -399,6 +399,7 @@ class Worker:
         )
         watchdog.start()
         self.state.enter(Phase.DRAINING)
+        self.heartbeat.status = "stopping"
         d.stop_claiming()
         with contextlib.suppress(BaseException):
             await claim

@@ -80,10 +80,10 @@ class ShutdownState:
             _log.info("worker-shutdown-phase", phase=phase.name)
 
     async def wait_phase(
-        self, done: Callable[[], bool], timeout: float, changed: asyncio.Event
+        self, done: Callable[[], bool], limit_s: float, changed: asyncio.Event
     ) -> None:
-        """Wait until ``done()`` (re-checked whenever ``changed`` fires), ``timeout``, or a signal."""
-        deadline = time.monotonic() + timeout
+        """Wait until ``done()`` (re-checked whenever ``changed`` fires), ``limit_s``, or a signal."""
+        deadline = time.monotonic() + limit_s
         while not done() and not self.escalate.is_set():
             left = deadline - time.monotonic()
             if left <= 0:

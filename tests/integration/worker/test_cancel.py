@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -84,7 +85,8 @@ async def test_cancel_each_kind_of_job(
 
 
 async def _ended(path: Path, job_id: Any) -> bool:
-    return path.exists() and f"{job_id} 1 " in path.read_text() and " end " in path.read_text()
+    text = await asyncio.to_thread(lambda: path.read_text() if path.exists() else "")
+    return f"{job_id} 1 " in text and " end " in text
 
 
 async def test_return_after_cancel_request_succeeds(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -82,7 +83,7 @@ async def test_max_concurrent_one_serialises_an_actor(
         await wait_until(lambda: _all(engine, handles, "succeeded"))
     spans = sorted((events[0][3], events[-1][3]) for events in support.runs(runs_file).values())
     assert len(spans) == 6
-    assert all(nxt[0] >= cur[1] for cur, nxt in zip(spans, spans[1:], strict=False))
+    assert all(nxt[0] >= cur[1] for cur, nxt in itertools.pairwise(spans))
 
 
 async def _all(engine: AsyncEngine, handles: list[Any], *statuses: str) -> bool:

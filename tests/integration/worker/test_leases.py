@@ -39,7 +39,7 @@ async def _claim_as(engine: AsyncEngine, worker_id: Any, lease_s: float) -> list
     stmt = dq.claim_jobs(
         engine.dialect.name,
         queues_=("default",),
-        actors=tuple(basic.registry) + ("e2e_exhausts",),
+        actors=(*tuple(basic.registry), "e2e_exhausts"),
         limit=10,
     )
     async with transaction(engine) as conn:

@@ -17,6 +17,7 @@ from sqlalchemy import (
     Select,
     Update,
     and_,
+    any_,
     bindparam,
     case,
     cast,
@@ -325,6 +326,8 @@ def finish_jobs_batch_pg() -> Any:
     upd = (
         update(jobs)
         .where(
+            # The explicit ANY lets a cached generic plan still probe the primary key.
+            jobs.c.id == any_(bindparam("ids", type_=ARRAY(Uuid()))),
             jobs.c.id == v.c.id,
             jobs.c.attempt == v.c.attempt,
             jobs.c.locked_by == bindparam("worker_id", type_=jobs.c.locked_by.type),

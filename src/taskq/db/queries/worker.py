@@ -35,10 +35,10 @@ from taskq.db.tables import jobs, leader_leases, queues, reservation_slots, work
 __all__ = [
     "acquire_leader",
     "cancel_requests",
-    "expired_leases",
     "expire_results",
-    "flush_progress",
+    "expired_leases",
     "finish_worker",
+    "flush_progress",
     "heartbeat_worker",
     "queue_caps",
     "register_worker",
@@ -49,8 +49,8 @@ __all__ = [
     "request_cancel_pending",
     "request_cancel_running",
     "set_cancel_phase",
-    "unhold_job",
     "sweep_reclaim",
+    "unhold_job",
 ]
 
 _RUNNING: Final[ColumnClause[Any]] = literal_column("'running'")
