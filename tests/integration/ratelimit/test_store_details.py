@@ -23,6 +23,7 @@ from taskq.ratelimit import (
     TokenBucket,
     _redis_utils,
 )
+from taskq.ratelimit._lua import TOKEN_BUCKET_LUA
 from taskq.settings import TaskQSettings
 from tests.integration.ratelimit.conftest import Env, call
 
@@ -59,7 +60,7 @@ async def test_scripts_are_reloaded_on_noscript(
 ) -> None:
     tb = TokenBucket(unique_name, capacity=2, refill_per_second=0)
     await tb.acquire(redis_client=aredis_client, settings=settings)
-    script = next(iter(_redis_utils._SCRIPTS.values()))
+    script = _redis_utils._script(TOKEN_BUCKET_LUA)
     for s in _redis_utils._SCRIPTS.values():
         s.sha = "0" * 40  # as if the server lost its script cache
     d = await tb.acquire(redis_client=aredis_client, settings=settings)
