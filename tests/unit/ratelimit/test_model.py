@@ -43,7 +43,7 @@ def wait_us(decision: RateLimitDecision) -> int | None:
 
 
 advance_ms = st.integers(min_value=-500, max_value=5_000)
-SETTINGS = settings(max_examples=60, stateful_step_count=40, deadline=None)
+SETTINGS = settings(max_examples=40, stateful_step_count=40, deadline=None)
 
 
 class TokenBucketMachine(RuleBasedStateMachine):
