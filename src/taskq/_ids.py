@@ -18,8 +18,10 @@ def new_uuid() -> UUID:
     """Return a UUIDv7 (RFC 9562): 48-bit Unix milliseconds, then a 12-bit counter, then random.
 
     Ids made in one process are strictly increasing, so B-tree inserts stay local.
+    One ``os.urandom`` call per id (enqueue_many makes thousands a second).
     """
     global _last_ms, _counter
+    entropy = int.from_bytes(os.urandom(10), "big")
     with _lock:
         ms = time.time_ns() // 1_000_000
         if ms <= _last_ms:
@@ -30,9 +32,9 @@ def new_uuid() -> UUID:
             ms = _last_ms
         else:
             _last_ms = ms
-            _counter = int.from_bytes(os.urandom(2), "big") & 0x3FF
+            _counter = (entropy >> 62) & 0x3FF
         counter = _counter
-    rand = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
+    rand = entropy & ((1 << 62) - 1)
     value = (ms & ((1 << 48) - 1)) << 80
     value |= 0x7 << 76
     value |= counter << 64

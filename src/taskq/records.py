@@ -70,6 +70,11 @@ class EnqueueRequest:
     parent_job_id: UUID | None = None
 
     @property
+    def status(self) -> str:
+        """The status the row starts in: ``scheduled`` when it runs later, else ``pending``."""
+        return "pending" if self.scheduled_at is None and self.delay_s is None else "scheduled"
+
+    @property
     def plain(self) -> bool:
         """True when no check needs a read first: the insert is the whole enqueue."""
         return (
@@ -122,6 +127,52 @@ class JobRecord:
     def from_mapping(cls, row: Mapping[Any, Any]) -> JobRecord:
         """Build from a result row's mapping (extra columns are ignored)."""
         return cls(**{name: row[name] for name in cls.__dataclass_fields__})
+
+    @classmethod
+    def inserted(
+        cls,
+        req: EnqueueRequest,
+        *,
+        scheduled_at: datetime,
+        deadline_at: datetime | None,
+        created_at: datetime,
+    ) -> JobRecord:
+        """The row ``req`` has just become, given the columns the store computed.
+
+        A fresh row holds exactly what was written plus the table's defaults (no attempt,
+        no result, no cancellation), so the enqueue path need not read it back.
+        """
+        return cls(
+            id=req.job_id,
+            actor=req.actor,
+            queue=req.queue,
+            status=req.status,
+            payload=req.payload,
+            result=None,
+            priority=req.priority,
+            attempt=0,
+            budget_used=0,
+            max_attempts=req.max_attempts,
+            scheduled_at=scheduled_at,
+            identity_key=req.identity_key,
+            idempotency_key=req.idempotency_key,
+            singleton=req.singleton,
+            tags=req.tags,
+            metadata=req.metadata,
+            error_class=None,
+            error=None,
+            cancel_phase=0,
+            cancel_requested_at=None,
+            progress=None,
+            start_to_close_s=req.start_to_close_s,
+            schedule_to_close_s=req.schedule_to_close_s,
+            deadline_at=deadline_at,
+            parent_job_id=req.parent_job_id,
+            created_at=created_at,
+            updated_at=created_at,
+            started_at=None,
+            finished_at=None,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,13 +242,18 @@ def _seconds(value: object, what: str) -> float | None:
     return value.total_seconds()
 
 
+try:
+    from opentelemetry.propagate import inject as _otel_inject
+except ImportError:  # pragma: no cover - the otel extra is optional
+    _otel_inject = None  # type: ignore[assignment]
+
+
 def _trace_context() -> dict[str, str] | None:
-    try:
-        from opentelemetry.propagate import inject
-    except ImportError:  # pragma: no cover - the otel extra is optional
+    """The caller's trace context (W3C headers) to store on the job, if any."""
+    if _otel_inject is None:  # pragma: no cover - the otel extra is optional
         return None
     carrier: dict[str, str] = {}
-    inject(carrier)
+    _otel_inject(carrier)
     return carrier or None
 
 
@@ -245,16 +301,17 @@ def build_request(
         if not isinstance(scheduled_at, datetime) or scheduled_at.tzinfo is None:
             raise ValueError("scheduled_at must be an aware datetime")
         scheduled_at = scheduled_at.astimezone(UTC)
-    tag_list = list(tags or [])
+    tag_list = list(tags) if tags else []
     for tag in tag_list:
         _key(tag, "tag")
-    meta = dict(metadata or {})
+    meta = dict(metadata) if metadata else {}
     if ref.singleton:
         meta["singleton"] = True
-    try:
-        json.dumps(meta)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"metadata must be JSON-serialisable: {exc}") from exc
+    if meta:
+        try:
+            json.dumps(meta, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"metadata must be JSON-serialisable: {exc}") from exc
     policy = ref.retry
     max_attempts = (
         policy.max_attempts

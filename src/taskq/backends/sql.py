@@ -5,8 +5,14 @@ Enqueue runs the actors page's checks in order inside one transaction. Single-fl
 Postgres a transaction-scoped advisory lock per (actor, identity) or per actor does it,
 on SQLite the ``BEGIN IMMEDIATE`` write lock already has. Singleton and idempotency
 collisions are caught by their unique indexes with ``ON CONFLICT DO NOTHING``, so a
-caller's transaction is never aborted by one. Requests with no checks go in one
-multi-row INSERT: one round trip for a whole ``enqueue_many``.
+caller's transaction is never aborted by one.
+
+The plain path (no ``unique_for`` identity, no singleton, no idempotency key, no
+``max_pending``) is the hot one. On Postgres it is ONE statement on an autocommit
+connection, one round trip whether it carries one job or a whole ``enqueue_many``: the
+rows travel as one JSON document, the ``pg_notify`` that wakes the workers rides in the
+same statement (:func:`taskq.db.queries.jobs.insert_rows_sql`). A pooled connection
+found dead by that statement is retried once, safely: see :meth:`SqlBackend._enqueue_plain`.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 from uuid import UUID
 
 import structlog
@@ -24,7 +31,7 @@ from taskq._acompat import asleep
 from taskq.db.dialect import advisory_xact_lock, translate_error
 from taskq.db.engine import transaction
 from taskq.db.queries import jobs as q
-from taskq.db.queries.dispatch import notify_enqueued
+from taskq.db.queries.dispatch import notify_channel, notify_enqueued
 from taskq.exceptions import MaxPendingExceededError, SingletonCollisionError
 from taskq.records import AttemptRecord, EnqueueOutcome, EnqueueRequest, JobRecord
 from taskq.settings import TaskQSettings
@@ -33,6 +40,9 @@ __all__ = ["PostgresBackend", "SqlBackend", "SqliteBackend"]
 
 _log = structlog.get_logger("taskq.enqueue")
 _CHUNK = {"postgresql": 1000, "sqlite": 400}  # rows per INSERT, under each bind-parameter limit
+_ROWS_PER_STATEMENT = 5000
+"""Postgres: jobs per JSON-document INSERT. An ``enqueue_many`` up to this size is one
+autocommit statement; a larger one is split into statements inside one transaction."""
 
 
 class SqlBackend:
@@ -44,12 +54,26 @@ class SqlBackend:
         resolved = settings or TaskQSettings.load()
         self._ttl = resolved.actor_config_cache_ttl.total_seconds()
         self._schema = resolved.schema_name
+        self._channel = notify_channel(self._schema)
         self._stored_cap: dict[str, tuple[float, int | None]] = {}
+        # The one-statement insert needs psycopg's named parameters (any Postgres engine
+        # that taskq builds); another driver takes the Core path.
+        self._doc_insert = self.dialect == "postgresql" and engine.dialect.driver == "psycopg"
+        self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
 
     async def enqueue(
         self, requests: Sequence[EnqueueRequest], *, connection: AsyncConnection | None = None
     ) -> list[EnqueueOutcome]:
         """Apply ``requests`` in one transaction (or in the caller's, given ``connection``)."""
+        if (
+            connection is None
+            and self._doc_insert
+            and len(requests) <= _ROWS_PER_STATEMENT
+            and _uncapped_plain(requests)
+        ):
+            outcomes = await self._enqueue_plain(requests)
+            if outcomes is not None:
+                return outcomes
         if connection is not None:
             try:
                 return await self._enqueue_on(connection, requests)
@@ -61,6 +85,58 @@ class SqlBackend:
         async with transaction(self.engine) as conn:
             return await self._enqueue_on(conn, requests)
 
+    async def _enqueue_plain(
+        self, requests: Sequence[EnqueueRequest]
+    ) -> list[EnqueueOutcome] | None:
+        """Insert plain requests with one autocommit statement; ``None`` if one is capped.
+
+        A capped actor (a stored ``actor_config.max_pending``, read through the TTL cache)
+        needs the locked count, so the caller falls back to the transactional path.
+
+        There is no pre-ping on checkout (it would be a second round trip per enqueue; the
+        engine pings only connections that sat idle, see ``taskq.db.dialect``). If the
+        statement fails because the pooled connection was dead (SQLAlchemy reports
+        ``connection_invalidated`` and has already recycled the pool), it is retried ONCE
+        on a fresh connection. That retry is safe although the first attempt may have
+        committed before the connection broke: the job ids were fixed client-side, so the
+        retry inserts with ``ON CONFLICT (id) DO NOTHING`` and reads back any row the lost
+        attempt wrote. Exactly one job per request either way; any other error, or a
+        second failure, is raised.
+        """
+        rows: list[Any] = []
+        for attempt in (0, 1):
+            try:
+                async with self._autocommit.connect() as conn:
+                    for actor in {req.actor for req in requests}:
+                        if await self._stored_max_pending(conn, actor) is not None:
+                            return None
+                    sql = q.insert_rows_sql(
+                        conn.dialect,
+                        _translate_map(conn),
+                        skip_existing=attempt > 0,
+                    )
+                    params = {"rows": q.rows_document(requests), "channel": self._channel}
+                    rows = list((await conn.exec_driver_sql(sql, params)).all())
+                break
+            except DBAPIError as exc:
+                if attempt == 0 and exc.connection_invalidated:
+                    _log.warning("enqueue_retry_after_disconnect", jobs=len(requests))
+                    continue
+                translated = translate_error(exc)
+                if translated is exc:
+                    raise
+                raise translated from exc
+        records = q.inserted_records(requests, rows)
+        outcomes: list[EnqueueOutcome] = []
+        for req in requests:
+            record = records.get(req.job_id)
+            if record is None:  # written by the attempt whose connection was lost
+                record = await self.get_job(req.job_id)
+                if record is None:
+                    raise RuntimeError(f"job {req.job_id} was neither inserted nor found")
+            outcomes.append(EnqueueOutcome(record))
+        return outcomes
+
     async def _enqueue_on(
         self, conn: AsyncConnection, requests: Sequence[EnqueueRequest]
     ) -> list[EnqueueOutcome]:
@@ -70,30 +146,45 @@ class SqlBackend:
                 caps[req.actor] = await self._effective_cap(conn, req)
         outcomes: dict[int, EnqueueOutcome] = {}
         bulk = [i for i, r in enumerate(requests) if r.plain and caps[r.actor] is None]
-        size = _CHUNK.get(self.dialect, 400)
-        for start in range(0, len(bulk), size):
-            chunk = bulk[start : start + size]
-            params = [q.job_params(requests[i]) for i in chunk]
-            rows = (await conn.execute(q.insert_jobs(self.dialect), params)).mappings().all()
-            by_id = {row["id"]: JobRecord.from_mapping(row) for row in rows}
-            for i in chunk:
-                outcomes[i] = EnqueueOutcome(by_id[requests[i].job_id])
+        if self._doc_insert:  # JSON-document statements, NOTIFY included
+            sql = q.insert_rows_sql(conn.dialect, _translate_map(conn))
+            for start in range(0, len(bulk), _ROWS_PER_STATEMENT):
+                chunk = [requests[i] for i in bulk[start : start + _ROWS_PER_STATEMENT]]
+                params = {"rows": q.rows_document(chunk), "channel": self._channel}
+                records = q.inserted_records(chunk, (await conn.exec_driver_sql(sql, params)).all())
+                for i in bulk[start : start + _ROWS_PER_STATEMENT]:
+                    outcomes[i] = EnqueueOutcome(records[requests[i].job_id])
+        else:
+            size = _CHUNK.get(self.dialect, 400)
+            for start in range(0, len(bulk), size):
+                chunk_ix = bulk[start : start + size]
+                params_list = [q.job_params(requests[i]) for i in chunk_ix]
+                result = await conn.execute(q.insert_jobs(self.dialect), params_list)
+                by_id = {row["id"]: JobRecord.from_mapping(row) for row in result.mappings().all()}
+                for i in chunk_ix:
+                    outcomes[i] = EnqueueOutcome(by_id[requests[i].job_id])
+        notify = set() if self._doc_insert else {requests[i].queue for i in bulk}
         for i, req in enumerate(requests):
             if i not in outcomes:
                 outcomes[i] = await self._enqueue_one(conn, req, caps[req.actor])
+                notify.add(req.queue)
         if self.dialect == "postgresql":  # wake LISTENing workers at commit
-            for queue in sorted({r.queue for r in requests}):
+            for queue in sorted(notify):
                 await conn.execute(notify_enqueued(self._schema, queue))
         return [outcomes[i] for i in range(len(requests))]
 
-    async def _effective_cap(self, conn: AsyncConnection, req: EnqueueRequest) -> int | None:
+    async def _stored_max_pending(self, conn: AsyncConnection, actor: str) -> int | None:
+        """``actor_config.max_pending`` for ``actor``, through the TTL cache."""
         now = time.monotonic()
-        cached = self._stored_cap.get(req.actor)
+        cached = self._stored_cap.get(actor)
         if cached is None or now - cached[0] >= self._ttl:
-            stored = (await conn.execute(q.stored_max_pending(req.actor))).scalar()
+            stored = (await conn.execute(q.stored_max_pending(actor))).scalar()
             cached = (now, stored)
-            self._stored_cap[req.actor] = cached
-        stored_cap = cached[1]
+            self._stored_cap[actor] = cached
+        return cached[1]
+
+    async def _effective_cap(self, conn: AsyncConnection, req: EnqueueRequest) -> int | None:
+        stored_cap = await self._stored_max_pending(conn, req.actor)
         return stored_cap if stored_cap is not None else req.max_pending
 
     async def _lock(self, conn: AsyncConnection, key: str) -> None:
@@ -169,6 +260,16 @@ class SqlBackend:
                 interval = min(interval, remaining)
             await asleep(interval)
             interval = min(interval * 2, 0.5)
+
+
+def _uncapped_plain(requests: Sequence[EnqueueRequest]) -> bool:
+    """True when no request needs a check before its insert (the one-statement path)."""
+    return all([req.plain and req.max_pending is None for req in requests])
+
+
+def _translate_map(conn: AsyncConnection) -> Any:
+    """The schema map of the engine ``conn`` came from (what Core statements run under)."""
+    return conn.engine.get_execution_options().get("schema_translate_map")
 
 
 def _deduplicated(record: JobRecord) -> EnqueueOutcome:

@@ -20,6 +20,7 @@ from taskq.db.dialect import (
     READONLY_OPTION,
     async_url,
     engine_options,
+    install_postgres_hooks,
     install_sqlite_hooks,
     is_sqlite,
     translate_error,
@@ -45,6 +46,10 @@ def make_engine(
             install_sqlite_hooks(engine.sync_engine, settings.sqlite_busy_timeout_ms)
         else:
             install_sqlite_hooks(engine, settings.sqlite_busy_timeout_ms)
+    elif ASYNC:
+        install_postgres_hooks(engine.sync_engine)
+    else:
+        install_postgres_hooks(engine)
     return engine
 
 

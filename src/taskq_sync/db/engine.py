@@ -21,6 +21,7 @@ from sqlalchemy.exc import DBAPIError
 from taskq.db.dialect import (
     READONLY_OPTION,
     engine_options,
+    install_postgres_hooks,
     install_sqlite_hooks,
     is_sqlite,
     sync_url,
@@ -42,6 +43,8 @@ def make_engine(url: str | URL | None = None, *, settings: TaskQSettings | None 
     engine = create_engine(full_url, **engine_options(full_url, settings))
     if is_sqlite(full_url):
         install_sqlite_hooks(engine, settings.sqlite_busy_timeout_ms)
+    else:
+        install_postgres_hooks(engine)
     return engine
 
 
