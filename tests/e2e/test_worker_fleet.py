@@ -37,9 +37,15 @@ async def _enqueue(client: JobsClient, items: list[EnqueueArgs]) -> list[Any]:
 
 
 async def test_ten_thousand_jobs_four_processes_one_percent_failing(
-    pg_url: URL, settings: TaskQSettings, runs_file: Path, tmp_path: Path, procs: list[Any]
+    engine_url: str | URL,
+    settings: TaskQSettings,
+    runs_file: Path,
+    tmp_path: Path,
+    procs: list[Any],
 ) -> None:
-    engine = make_engine(pg_url, settings=settings)
+    """Every job ends exactly once, no two attempts of a job overlap, attempts add up."""
+    url = engine_url
+    engine = make_engine(url, settings=settings)
     try:
         client = JobsClient(SqlBackend(engine, settings=settings), settings=settings)
         total = 10_000
@@ -51,7 +57,7 @@ async def test_ten_thousand_jobs_four_processes_one_percent_failing(
         for i in range(4):
             procs.append(
                 spawn_worker(
-                    pg_url, log_path=tmp_path / f"w{i}.log", max_concurrency=50, claim_batch_size=50
+                    url, log_path=tmp_path / f"w{i}.log", max_concurrency=50, claim_batch_size=50
                 )
             )
         await wait_until(lambda: _done(engine, total), timeout=120, interval=0.25)
@@ -88,13 +94,18 @@ async def _worker_id(engine: AsyncEngine, pid: int) -> Any:
 
 
 async def test_kill_9_reclaims_running_jobs_and_fences_the_dead_worker(
-    pg_url: URL, settings: TaskQSettings, runs_file: Path, tmp_path: Path, procs: list[Any]
+    engine_url: str | URL,
+    settings: TaskQSettings,
+    runs_file: Path,
+    tmp_path: Path,
+    procs: list[Any],
 ) -> None:
-    engine = make_engine(pg_url, settings=settings)
+    url = engine_url
+    engine = make_engine(url, settings=settings)
     lease = {"lock_lease": 2, "heartbeat_interval": 0.3, "max_concurrency": 20}
     try:
         client = JobsClient(SqlBackend(engine, settings=settings), settings=settings)
-        victim = spawn_worker(pg_url, log_path=tmp_path / "victim.log", **lease)
+        victim = spawn_worker(url, log_path=tmp_path / "victim.log", **lease)
         procs.append(victim)
         handles = await _enqueue(
             client, [EnqueueArgs(basic.slow_first, basic.Work(seconds=120)) for _ in range(20)]
@@ -102,7 +113,7 @@ async def test_kill_9_reclaims_running_jobs_and_fences_the_dead_worker(
         await wait_until(lambda: _running_on(engine, victim.pid, 20), timeout=30)
         victim_id = await _worker_id(engine, victim.pid)
 
-        survivor = spawn_worker(pg_url, log_path=tmp_path / "survivor.log", **lease)
+        survivor = spawn_worker(url, log_path=tmp_path / "survivor.log", **lease)
         procs.append(survivor)
         await wait_until(lambda: _worker_id(engine, survivor.pid), timeout=30)
         victim.send_signal(signal.SIGKILL)
@@ -138,11 +149,12 @@ async def test_kill_9_reclaims_running_jobs_and_fences_the_dead_worker(
             "b_has_progress": 0,
             "b_progress": None,
         }
+        dialect = engine.dialect.name
         async with transaction(engine) as conn:
-            await conn.execute(dq.record_attempts("postgresql"), stale)
-            finished = await conn.execute(dq.finish_jobs("postgresql"), stale)
-            # ... and through the batched statement the worker uses on Postgres.
-            await conn.execute(dq.finish_jobs_batch_pg(), _columns([stale], victim_id))
+            await conn.execute(dq.record_attempts(dialect), stale)
+            finished = await conn.execute(dq.finish_jobs(dialect), stale)
+            if dialect == "postgresql":  # ... and the batched statement used on Postgres
+                await conn.execute(dq.finish_jobs_batch_pg(), _columns([stale], victim_id))
         assert finished.rowcount == 0
         after = (await support.job_rows(engine))[handles[0].job_id]
         assert (after.status, after.error_class, after.result) == (
@@ -224,9 +236,14 @@ async def _terminate_others(engine: AsyncEngine) -> int:
 
 
 async def test_sigterm_during_long_async_and_sync_jobs(
-    pg_url: URL, settings: TaskQSettings, runs_file: Path, tmp_path: Path, procs: list[Any]
+    engine_url: str | URL,
+    settings: TaskQSettings,
+    runs_file: Path,
+    tmp_path: Path,
+    procs: list[Any],
 ) -> None:
-    engine = make_engine(pg_url, settings=settings)
+    url = engine_url
+    engine = make_engine(url, settings=settings)
     graces = {
         "cancellation_grace_period": 1,
         "cleanup_grace_period": 1,
@@ -239,7 +256,7 @@ async def test_sigterm_during_long_async_and_sync_jobs(
         polling = await client.enqueue(basic.sync_polling, basic.Work(seconds=120))
         blind = await client.enqueue(basic.sync_blind, basic.Work(seconds=4))
         log = tmp_path / "worker.log"
-        proc = spawn_worker(pg_url, log_path=log, **graces)
+        proc = spawn_worker(url, log_path=log, **graces)
         procs.append(proc)
         await wait_until(lambda: _count_status(engine, "running", 3), timeout=30)
 
