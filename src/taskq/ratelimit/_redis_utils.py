@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from taskq.exceptions import RedisExtraMissing, RedisUnavailableError
 from taskq.settings import TaskQSettings
@@ -37,7 +37,7 @@ def _script(lua: bytes) -> AsyncScript:
         from redis.commands.core import AsyncScript
 
         # bytes source: the sha needs no client's encoder, so one object serves every client.
-        script = _SCRIPTS[lua] = AsyncScript(None, lua)  # type: ignore[arg-type]
+        script = _SCRIPTS[lua] = AsyncScript(cast(Any, None), lua)
     return script
 
 
@@ -51,7 +51,7 @@ def require_redis(client: Redis | None, name: str) -> Redis:
             'pip install "taskq-py[redis]" (or use backend="postgres")'
         )
     raise RedisUnavailableError(
-        f'{name!r} uses backend="redis": pass redis_client= (a redis.asyncio.Redis), '
+        f'{name!r} uses backend="redis": pass redis_client= (a redis-py client), '
         'or use backend="postgres" or "memory"'
     )
 

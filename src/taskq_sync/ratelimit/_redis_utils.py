@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from taskq.exceptions import RedisExtraMissing, RedisUnavailableError
 from taskq.settings import TaskQSettings
@@ -31,7 +31,7 @@ def _script(lua: bytes) -> Script:
     if script is None:
         from redis.commands.core import Script
 
-        script = _SCRIPTS[lua] = Script(None, lua)
+        script = _SCRIPTS[lua] = Script(cast(Any, None), lua)
     return script
 
 
@@ -44,7 +44,7 @@ def require_redis(client: Redis | None, name: str) -> Redis:
             f'{name!r} uses backend="redis" but the redis package is not installed: pip install "taskq-py[redis]" (or use backend="postgres")'
         )
     raise RedisUnavailableError(
-        f'{name!r} uses backend="redis": pass redis_client= (a redis.asyncio.Redis), or use backend="postgres" or "memory"'
+        f'{name!r} uses backend="redis": pass redis_client= (a redis-py client), or use backend="postgres" or "memory"'
     )
 
 
