@@ -58,9 +58,9 @@ class JobsClient:
     def _handle(self, ref: ActorRef[Any, Any], outcome: EnqueueOutcome) -> JobHandle[Any]:
         return JobHandle(
             self.backend,
-            outcome.record.id,
+            outcome.job_id,
             result_adapter=ref.result_adapter,
-            record=outcome.record,
+            record=outcome.record_source,
             was_existing=outcome.was_existing,
             deduplicated_onto_terminal=outcome.deduplicated_onto_terminal,
         )
@@ -117,11 +117,17 @@ class JobsClient:
         """
         refs: list[ActorRef[Any, Any]] = []
         requests: list[EnqueueRequest] = []
+        stc = self._default_stc
         for item in items:
-            args = item if isinstance(item, EnqueueArgs) else EnqueueArgs(item[0], item[1])
-            ref = _resolve(args.actor)
+            if isinstance(item, EnqueueArgs):
+                ref = _resolve(item.actor)
+                request = self._request(ref, item.payload, dict(item.options))
+            else:  # an (actor, payload) pair: no options to resolve
+                actor, payload = item
+                ref = _resolve(actor)
+                request = build_request(ref, payload, default_start_to_close=stc)
             refs.append(ref)
-            requests.append(self._request(ref, args.payload, dict(args.options)))
+            requests.append(request)
         if not requests:
             return []
         outcomes = await self.backend.enqueue(requests, connection=connection)

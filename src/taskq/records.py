@@ -8,10 +8,10 @@ Pure: the async and the generated sync code share these.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 from uuid import UUID
 
 import structlog
@@ -34,11 +34,12 @@ __all__ = [
     "EnqueueOutcome",
     "EnqueueRequest",
     "JobRecord",
+    "RecordSource",
     "build_request",
 ]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class EnqueueRequest:
     """One job to insert, with every check the backend must apply in order.
 
@@ -46,6 +47,9 @@ class EnqueueRequest:
     is the actor's literal; the backend resolves the effective limit against the stored
     ``actor_config.max_pending``. ``scheduled_at=None`` and ``delay_s=None`` mean "now";
     ``delay_s`` is added to the store's clock by the backend.
+
+    Read-only by convention, not ``frozen``: one is built per job on the enqueue hot
+    path, and a frozen dataclass's ``__init__`` costs four times as much.
     """
 
     job_id: UUID
@@ -194,12 +198,46 @@ class AttemptRecord:
         return cls(**{name: row[name] for name in cls.__dataclass_fields__})
 
 
-@dataclass(frozen=True, slots=True)
-class EnqueueOutcome:
-    """What an enqueue did: the job it points at and whether that job already existed."""
+RecordSource: TypeAlias = JobRecord | Callable[[], JobRecord]
+"""A job record, or a zero-argument factory that builds it on first use."""
 
-    record: JobRecord
-    was_existing: bool = False
+
+class EnqueueOutcome:
+    """What an enqueue did: the job it points at and whether that job already existed.
+
+    ``record`` may be given as a factory (with ``job_id``): the plain insert knows every
+    column of the fresh row, and building a 29-field record per job costs more than the
+    rest of an ``enqueue_many`` item, so it is built only if someone reads it.
+    """
+
+    __slots__ = ("_record", "job_id", "was_existing")
+
+    def __init__(
+        self, record: RecordSource, was_existing: bool = False, *, job_id: UUID | None = None
+    ) -> None:
+        if isinstance(record, JobRecord):
+            job_id = record.id
+        elif job_id is None:
+            raise TypeError("a record factory needs job_id")
+        self._record: RecordSource = record
+        self.job_id: UUID = job_id
+        self.was_existing = was_existing
+
+    def __repr__(self) -> str:
+        return f"EnqueueOutcome(job_id={self.job_id}, was_existing={self.was_existing})"
+
+    @property
+    def record(self) -> JobRecord:
+        """The job's row as the enqueue left it (built now if it was deferred)."""
+        record = self._record
+        if not isinstance(record, JobRecord):
+            record = self._record = record()
+        return record
+
+    @property
+    def record_source(self) -> RecordSource:
+        """The record or its factory, without building it (for ``JobHandle``)."""
+        return self._record
 
     @property
     def deduplicated_onto_terminal(self) -> bool:
@@ -243,14 +281,19 @@ def _seconds(value: object, what: str) -> float | None:
 
 
 try:
+    from opentelemetry.context import get_current as _otel_current
     from opentelemetry.propagate import inject as _otel_inject
 except ImportError:  # pragma: no cover - the otel extra is optional
-    _otel_inject = None  # type: ignore[assignment]
+    _otel_current = None  # type: ignore[assignment]
 
 
 def _trace_context() -> dict[str, str] | None:
-    """The caller's trace context (W3C headers) to store on the job, if any."""
-    if _otel_inject is None:  # pragma: no cover - the otel extra is optional
+    """The caller's trace context (W3C headers) to store on the job, if any.
+
+    An empty OpenTelemetry context (no span, no baggage) has nothing to propagate; that
+    check is cheap, so enqueues outside any span skip the propagators.
+    """
+    if _otel_current is None or not _otel_current():
         return None
     carrier: dict[str, str] = {}
     _otel_inject(carrier)

@@ -11,7 +11,7 @@ from uuid import UUID
 from pydantic import TypeAdapter
 
 from taskq.exceptions import JobCancelledError, JobFailedError, JobNotFoundError, WaitTimeout
-from taskq.records import AttemptRecord, JobRecord
+from taskq.records import AttemptRecord, JobRecord, RecordSource
 from taskq_sync.backends.base import Backend
 
 __all__ = ["JobHandle"]
@@ -33,7 +33,7 @@ class JobHandle(Generic[R]):
         job_id: UUID,
         *,
         result_adapter: TypeAdapter[R] | None = None,
-        record: JobRecord | None = None,
+        record: RecordSource | None = None,
         was_existing: bool = False,
         deduplicated_onto_terminal: bool = False,
         bound: bool = True,
@@ -41,10 +41,23 @@ class JobHandle(Generic[R]):
         self._backend = backend
         self.job_id = job_id
         self.result_adapter = result_adapter
-        self.record = record
+        self._record: RecordSource | None = record
         self.was_existing = was_existing
         self.deduplicated_onto_terminal = deduplicated_onto_terminal
         self._bound = bound
+
+    @property
+    def record(self) -> JobRecord | None:
+        """The last row seen: from the enqueue (built on first access), then re-reads."""
+        record = self._record
+        if record is None or isinstance(record, JobRecord):
+            return record
+        built = self._record = record()
+        return built
+
+    @record.setter
+    def record(self, value: JobRecord | None) -> None:
+        self._record = value
 
     def __repr__(self) -> str:
         return f"<JobHandle {self.job_id} was_existing={self.was_existing}>"

@@ -124,12 +124,12 @@ class SqlBackend:
         records = q.inserted_records(requests, rows)
         outcomes: list[EnqueueOutcome] = []
         for req in requests:
-            record = records.get(req.job_id)
-            if record is None:
-                record = self.get_job(req.job_id)
-                if record is None:
+            source = records.get(req.job_id)
+            if source is None:
+                source = self.get_job(req.job_id)
+                if source is None:
                     raise RuntimeError(f"job {req.job_id} was neither inserted nor found")
-            outcomes.append(EnqueueOutcome(record))
+            outcomes.append(EnqueueOutcome(source, job_id=req.job_id))
         return outcomes
 
     def _enqueue_on(
@@ -148,7 +148,8 @@ class SqlBackend:
                 params = {"rows": q.rows_document(chunk), "channel": self._channel}
                 records = q.inserted_records(chunk, conn.exec_driver_sql(sql, params).all())
                 for i in bulk[start : start + _ROWS_PER_STATEMENT]:
-                    outcomes[i] = EnqueueOutcome(records[requests[i].job_id])
+                    job_id = requests[i].job_id
+                    outcomes[i] = EnqueueOutcome(records[job_id], job_id=job_id)
         else:
             size = _CHUNK.get(self.dialect, 400)
             for start in range(0, len(bulk), size):

@@ -40,7 +40,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from taskq.constants import ACTIVE_STATUSES
 from taskq.db import dialect as dialects
 from taskq.db.tables import actor_config, job_attempts, jobs
-from taskq.records import EnqueueRequest, JobRecord
+from taskq.records import EnqueueRequest, JobRecord, RecordSource
 
 __all__ = [
     "active_singleton",
@@ -355,34 +355,32 @@ def rows_document(requests: Iterable[EnqueueRequest]) -> str:
     return to_json([_doc_row(req) for req in requests]).decode()
 
 
+def _aware(value: datetime | None) -> datetime | None:
+    return value.replace(tzinfo=UTC) if value is not None else None
+
+
+def _record_from_row(req: EnqueueRequest, row: Sequence[Any]) -> JobRecord:
+    _, scheduled_at, deadline_at, created_at, _ = row
+    created = created_at.replace(tzinfo=UTC)
+    return JobRecord.inserted(
+        req,
+        scheduled_at=created if scheduled_at == created_at else scheduled_at.replace(tzinfo=UTC),
+        deadline_at=_aware(deadline_at),
+        created_at=created,
+    )
+
+
 def inserted_records(
     requests: Sequence[EnqueueRequest], rows: Iterable[Sequence[Any]]
-) -> dict[UUID, JobRecord]:
+) -> dict[UUID, RecordSource]:
     """Job records for the rows :func:`insert_rows_sql` returned, keyed by job id.
 
     Only the server-computed columns travel back (as naive UTC); the rest is what was
     just written, so each record equals a re-read of the fresh row without parsing the
-    payload again. A statement's rows share one clock reading, so each distinct
-    timestamp is made aware once.
+    payload again. Each is a factory, built only when read (see ``EnqueueOutcome``).
     """
     by_id = {req.job_id: req for req in requests}
-    aware: dict[datetime, datetime] = {}
-
-    def utc(value: datetime) -> datetime:
-        found = aware.get(value)
-        if found is None:
-            found = aware[value] = value.replace(tzinfo=UTC)
-        return found
-
-    out: dict[UUID, JobRecord] = {}
-    for job_id, scheduled_at, deadline_at, created_at, _ in rows:
-        out[job_id] = JobRecord.inserted(
-            by_id[job_id],
-            scheduled_at=utc(scheduled_at),
-            deadline_at=utc(deadline_at) if deadline_at is not None else None,
-            created_at=utc(created_at),
-        )
-    return out
+    return {row[0]: functools.partial(_record_from_row, by_id[row[0]], row) for row in rows}
 
 
 def get(job_id: UUID) -> Select[Any]:
