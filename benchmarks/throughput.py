@@ -40,6 +40,8 @@ from taskq.records import EnqueueArgs
 from taskq.settings import TaskQSettings
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # the benchmark's actors live in the test apps
+    sys.path.insert(0, str(ROOT))
 APP = "tests.e2e.apps.basic:registry"
 ADMIN = os.environ.get(
     "TASKQ_BENCH_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"

@@ -147,8 +147,10 @@ class Dispatcher:
     def _groups(self, free: int, residual: dict[str, int]) -> list[tuple[Any, ...]]:
         uncapped = tuple(a for a in self._actor_names if a not in self._capped)
         groups: list[tuple[Any, ...]] = []
-        if self._fifo and uncapped:
-            groups.append((self._fifo, uncapped, free, False))
+        # One statement per queue: each then walks the dispatch index in order and stops
+        # at its limit (an IN list over queues would sort every ready row). Queues are
+        # drained in the order the worker lists them.
+        groups.extend(((queue,), uncapped, free, False) for queue in self._fifo if uncapped)
         if self._fair and uncapped:
             share = max(1, -(-free // len(uncapped)))
             groups.extend((self._fair, (a,), share, False) for a in uncapped)

@@ -125,15 +125,18 @@ async def execute(job: RunningJob, env: AttemptEnv) -> Outcome:
             raise ScheduleToCloseTimeout(ref.name, job.id)
         if env.acquire is not None:
             acquired = await env.acquire(job, payload)
-        limit = asyncio.timeout(timeout)
-        try:
-            async with limit:
-                result = await _invoke(job, payload, env)
-        except TimeoutError:
-            if not limit.expired():
-                raise
-            timed_out = True
-            raise StartToCloseTimeout(ref.name, job.id, timeout or 0.0) from None
+        if timeout is None:
+            result = await _invoke(job, payload, env)
+        else:
+            limit = asyncio.timeout(timeout)
+            try:
+                async with limit:
+                    result = await _invoke(job, payload, env)
+            except TimeoutError:
+                if not limit.expired():
+                    raise
+                timed_out = True
+                raise StartToCloseTimeout(ref.name, job.id, timeout) from None
         dumped = ref.dump_result(result)
         ttl_s = _result_ttl(job)
         return Outcome(

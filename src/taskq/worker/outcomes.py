@@ -45,28 +45,29 @@ async def run_hook(name: str, fn: Callable[..., Any], limit_s: float, *args: Any
         _log.warning("worker-hook-failed", hook=name, error=repr(exc))
 
 
-_BATCH_COLUMNS = (
-    ("ids", "b_id"),
-    ("attempts", "b_attempt"),
-    ("statuses", "b_status"),
-    ("outcomes", "b_outcome"),
-    ("results", "b_result"),
-    ("error_classes", "b_error_class"),
-    ("errors", "b_error"),
-    ("tracebacks", "b_traceback"),
-    ("budgets", "b_budget"),
-    ("delays", "b_delay_s"),
-    ("ttls", "b_ttl_s"),
+_BATCH_KEYS = (
+    ("id", "b_id"),
+    ("attempt", "b_attempt"),
+    ("status", "b_status"),
+    ("outcome", "b_outcome"),
+    ("result", "b_result"),
+    ("error_class", "b_error_class"),
+    ("error", "b_error"),
+    ("traceback", "b_traceback"),
+    ("budget", "b_budget"),
+    ("delay_s", "b_delay_s"),
+    ("ttl_s", "b_ttl_s"),
     ("has_progress", "b_has_progress"),
-    ("progresses", "b_progress"),
+    ("progress", "b_progress"),
 )
 
 
 def _columns(rows: list[dict[str, Any]], worker_id: UUID) -> dict[str, Any]:
-    """Row-wise parameter sets to the column arrays of ``finish_jobs_batch_pg``."""
-    params: dict[str, Any] = {name: [row[key] for row in rows] for name, key in _BATCH_COLUMNS}
-    params["worker_id"] = worker_id
-    return params
+    """Row-wise parameter sets to the parameters of ``finish_jobs_batch_pg``."""
+    batch = [{name: row[key] for name, key in _BATCH_KEYS} for row in rows]
+    for item in batch:
+        item["id"] = str(item["id"])
+    return {"batch": batch, "ids": [row["b_id"] for row in rows], "worker_id": worker_id}
 
 
 class Completer:
@@ -204,13 +205,15 @@ class Completer:
         ref = job.ref
         _log.debug(
             "job-finished",
-            job_id=str(job.id),
+            job_id=job.id,
             actor=ref.name,
             attempt=job.attempt,
             outcome=outcome.kind,
             error_class=outcome.error_class,
         )
         self._on_written(outcome)
+        if ref.on_success is None and ref.on_retry_exhausted is None and ref.on_cancel is None:
+            return
         row = {**job.row, "status": outcome.row_status, "error_class": outcome.error_class}
         if outcome.kind == "succeeded" and ref.on_success is not None:
             self._spawn(

@@ -39,7 +39,7 @@ class RunningJob:
     claimed_mono: float = field(default_factory=time.monotonic)
     task: asyncio.Task[None] | None = None
     ctx: JobContext[Any] | None = None
-    cancel_event: asyncio.Event = field(default_factory=asyncio.Event)
+    _cancel_event: asyncio.Event | None = None
     _abort_flag: threading.Event | None = None
     thread_done: threading.Event | None = None
     thread_exited: asyncio.Event | None = None
@@ -50,6 +50,13 @@ class RunningJob:
     detached: bool = False
     progress: dict[str, Any] | None = None
     progress_dirty: bool = False
+
+    @property
+    def cancel_event(self) -> asyncio.Event:
+        """The event behind ``ctx.cancel_event`` (created on first use)."""
+        if self._cancel_event is None:
+            self._cancel_event = asyncio.Event()
+        return self._cancel_event
 
     @property
     def abort_flag(self) -> threading.Event:

@@ -93,7 +93,9 @@ async def test_isolate_self_stops_local_attempts_when_the_store_is_gone(
     try:
         client = JobsClient(SqlBackend(engine, settings=settings), settings=settings)
         handle = await client.enqueue(basic.sleep_async, basic.Work(seconds=60))
-        worker_conf = worker_settings(pg_url, lock_lease=1.0, heartbeat_interval=0.1)
+        worker_conf = worker_settings(
+            pg_url, lock_lease=1.0, heartbeat_interval=0.1, sweep_interval=60
+        )
         async with running_worker(worker_conf, basic.registry) as worker:
             await wait_until(lambda: _status_is(engine, handle.job_id, "running"))
             worker.heartbeat._engine = unreachable  # the store stops answering heartbeats

@@ -62,7 +62,6 @@ CLAIM_COLUMNS: Final = (
     jobs.c.max_attempts,
     jobs.c.priority,
     jobs.c.identity_key,
-    jobs.c.metadata,
     jobs.c.start_to_close_s,
     jobs.c.schedule_to_close_s,
     jobs.c.deadline_at,
@@ -105,7 +104,7 @@ def claim_jobs(
 
     Ready: ``pending``/``scheduled`` with ``scheduled_at`` reached, its queue not paused,
     its actor present in ``actor_config`` and not in drain mode (``max_concurrent = 0``).
-    Order: priority (high first), then ``scheduled_at``, then id. Claimed rows become
+    Order: priority (high first), then ``scheduled_at``. Claimed rows become
     ``running`` with ``attempt + 1``, ``locked_by = :worker_id`` and a lease of
     ``:lease_s`` seconds. ``skip_running_identities`` leaves out jobs whose
     ``(actor, identity_key)`` already has a running job (the ``running_identities``
@@ -138,7 +137,9 @@ def claim_jobs(
     ready: Select[Any] = (
         select(jobs.c.id)
         .where(*conditions)
-        .order_by(jobs.c.priority.desc(), jobs.c.scheduled_at, jobs.c.id)
+        # Exactly the dispatch index's order: the scan stops after ``limit`` rows. A
+        # tie-breaker not in the index would make Postgres sort every ready row.
+        .order_by(jobs.c.priority.desc(), jobs.c.scheduled_at)
         .limit(limit)
     )
     if dialect_name == "postgresql":
@@ -287,37 +288,38 @@ def notify_enqueued(schema: str, queue: str) -> Select[Any]:
 
 
 def finish_jobs_batch_pg() -> Any:
-    """Postgres: end a whole batch of attempts in ONE statement (arrays, one per column).
+    """Postgres: end a whole batch of attempts in ONE statement with ONE parameter.
 
-    ``WITH upd AS (UPDATE jobs ... FROM unnest(...) AS v ... RETURNING ...) INSERT INTO
-    job_attempts SELECT ... FROM upd``: the fenced update and the attempt records of the
-    rows it actually changed, together. Parameters (arrays, same length): ``ids``,
-    ``attempts``, ``statuses``, ``outcomes``, ``results``, ``error_classes``, ``errors``,
-    ``tracebacks``, ``budgets``, ``delays``, ``ttls``, ``has_progress``, ``progresses``;
-    scalar ``worker_id``.
+    ``WITH upd AS (UPDATE jobs ... FROM jsonb_to_recordset(:batch) AS v(...) ...
+    RETURNING ...) INSERT INTO job_attempts SELECT ... FROM upd``: the fenced update and
+    the attempt records of exactly the rows it changed. ``batch`` is a JSON array of
+    objects with keys ``id``, ``attempt``, ``status``, ``outcome``, ``result``,
+    ``error_class``, ``error``, ``traceback``, ``budget``, ``delay_s``, ``ttl_s``,
+    ``has_progress``, ``progress`` (one JSON document: far cheaper to send than one array
+    per column); ``worker_id`` is the fence.
     """
     from sqlalchemy import Text, Uuid, column, insert
     from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
-    spec: list[tuple[str, str, TypeEngine[Any]]] = [
-        ("ids", "id", Uuid()),
-        ("attempts", "attempt", Integer()),
-        ("statuses", "status", Text()),
-        ("outcomes", "outcome", Text()),
-        ("results", "result", JSONB()),
-        ("error_classes", "error_class", Text()),
-        ("errors", "error", Text()),
-        ("tracebacks", "traceback", Text()),
-        ("budgets", "budget", Integer()),
-        ("delays", "delay_s", Float()),
-        ("ttls", "ttl_s", Float()),
-        ("has_progress", "has_progress", Integer()),
-        ("progresses", "progress", JSONB()),
+    spec: list[tuple[str, TypeEngine[Any]]] = [
+        ("id", Uuid()),
+        ("attempt", Integer()),
+        ("status", Text()),
+        ("outcome", Text()),
+        ("result", JSONB()),
+        ("error_class", Text()),
+        ("error", Text()),
+        ("traceback", Text()),
+        ("budget", Integer()),
+        ("delay_s", Float()),
+        ("ttl_s", Float()),
+        ("has_progress", Integer()),
+        ("progress", JSONB()),
     ]
     v = (
-        func.unnest(*(bindparam(param, type_=ARRAY(type_)) for param, _, type_ in spec))
-        .table_valued(*(column(name, type_) for _, name, type_ in spec))
-        .render_derived(name="v")
+        func.jsonb_to_recordset(bindparam("batch", type_=JSONB()))
+        .table_valued(*(column(name, type_) for name, type_ in spec))
+        .render_derived(name="v", with_types=True)
     )
     ts = func.clock_timestamp()
     terminal = v.c.status.in_(
