@@ -103,17 +103,17 @@ def sync(session: nox.Session) -> None:
 def docs(session: nox.Session) -> None:
     """Execute the ```python blocks of README.md and docs/*.md, one namespace per file.
 
-    Blocks run against fresh databases so a doc example never sees another's jobs: a
-    Postgres database created for the run, and a SQLite file in a temp dir.
+    Blocks run against a Postgres database created (and migrated) for this run and
+    dropped after it, so a doc example never sees another run's jobs; each file runs in
+    a fresh interpreter in a fresh temporary working directory.
     """
     install_project(session)
-    tmp = Path(session.create_tmp())
     env = {
-        "TASKQ_DATABASE_URL": SYSTEM_DATABASE_URL.rsplit("/", 1)[0] + "/taskq_docs",
+        # Unique per run: concurrent `nox -s docs` runs must not drop each other's database.
+        "TASKQ_DATABASE_URL": SYSTEM_DATABASE_URL.rsplit("/", 1)[0] + f"/taskq_docs_{os.getpid()}",
         "TASKQ_REDIS_URL": SYSTEM_REDIS_URL,
         "TASKQ_TEST_DATABASE_URL": SYSTEM_DATABASE_URL,
         "TASKQ_TEST_REDIS_URL": SYSTEM_REDIS_URL,
-        "TASKQ_DOCS_SQLITE_URL": f"sqlite:///{tmp / 'docs.db'}",
     }
     files = session.posargs or ["README.md", *sorted(str(p) for p in Path("docs").glob("*.md"))]
     session.run(
