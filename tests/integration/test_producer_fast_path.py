@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from structlog.testing import capture_logs
 
 from taskq import TaskQ, actor
+from taskq.backends import sql as sql_backend
 from taskq.db import dialect
 from taskq.db.queries.dispatch import notify_channel
 from taskq.db.tables import jobs
@@ -146,11 +147,11 @@ async def test_retry_after_a_lost_reply_writes_no_duplicate(
     pg_url: URL, settings: TaskQSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The connection dies after the server committed: the retry finds the rows, adds none."""
-    real = AsyncConnection.exec_driver_sql
+    real = sql_backend._execute_on_driver
     calls: list[str] = []
 
-    async def commit_then_lose_the_reply(self: AsyncConnection, sql: str, *args: Any) -> Any:
-        result = await real(self, sql, *args)
+    async def commit_then_lose_the_reply(conn: AsyncConnection, sql: str, params: Any) -> Any:
+        rows = await real(conn, sql, params)
         calls.append(sql)
         if len(calls) == 1:
             raise DBAPIError(
@@ -159,9 +160,9 @@ async def test_retry_after_a_lost_reply_writes_no_duplicate(
                 psycopg.OperationalError("server closed the connection unexpectedly"),
                 connection_invalidated=True,
             )
-        return result
+        return rows
 
-    monkeypatch.setattr(AsyncConnection, "exec_driver_sql", commit_then_lose_the_reply)
+    monkeypatch.setattr(sql_backend, "_execute_on_driver", commit_then_lose_the_reply)
     async with TaskQ(pg_url, settings=settings) as tq:
         handles = await tq.jobs.enqueue_many([(fast_plain, Ping(n=i)) for i in range(3)])
         assert len(calls) == 2
@@ -175,13 +176,29 @@ async def test_retry_after_a_lost_reply_writes_no_duplicate(
 async def test_a_second_failure_is_raised(
     pg_url: URL, settings: TaskQSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def always_lost(self: AsyncConnection, sql: str, *args: Any) -> Any:
+    async def always_lost(conn: AsyncConnection, sql: str, params: Any) -> Any:
         raise DBAPIError(sql, None, psycopg.OperationalError("gone"), connection_invalidated=True)
 
-    monkeypatch.setattr(AsyncConnection, "exec_driver_sql", always_lost)
+    monkeypatch.setattr(sql_backend, "_execute_on_driver", always_lost)
     async with TaskQ(pg_url, settings=settings) as tq:
         with pytest.raises(DBAPIError):
             await tq.jobs.enqueue(fast_plain, Ping(n=1))
+
+
+async def test_a_driver_error_is_a_dbapi_error_and_writes_nothing(
+    pg_url: URL, settings: TaskQSettings
+) -> None:
+    """jsonb refuses NUL characters: the statement fails whole, as SQLAlchemy would raise it."""
+    async with TaskQ(pg_url, settings=settings) as tq:
+        with pytest.raises(DBAPIError) as caught:
+            await tq.jobs.enqueue_many(
+                [(fast_plain, Ping(n=1)), (fast_plain, Ping(n=2, text="nul\x00"))]
+            )
+        assert isinstance(caught.value.orig, psycopg.Error)
+        assert caught.value.connection_invalidated is False
+        assert _count(pg_url, actor="fast_plain") == 0
+        handle = await tq.jobs.enqueue(fast_plain, Ping(n=3))  # the connection is still good
+        assert await handle.status() == "pending"
 
 
 async def test_an_idle_dead_connection_is_replaced_at_checkout(
