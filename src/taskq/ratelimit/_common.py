@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import math
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from taskq.ratelimit._algorithms import to_us, us_to_timedelta
 from taskq.ratelimit.decision import RateLimitBackend, RateLimitDecision
 from taskq.testing.clock import Clock
 
 __all__ = [
+    "ALLOWED_WAIT",
     "check_count",
     "check_number",
     "decision",
     "memory_now_us",
+    "missing_clock",
+    "redis_decision",
     "require_engine",
     "retry",
 ]
@@ -39,10 +42,15 @@ def check_count(count: object, capacity: float) -> float:
     return number
 
 
+def missing_clock(name: str) -> RuntimeError:
+    """The error for a memory-backend call made without ``clock=``."""
+    return RuntimeError(f'{name!r} uses backend="memory": pass clock= (a Clock or FakeClock)')
+
+
 def memory_now_us(clock: Clock | None, name: str) -> int:
     """The injected clock's time for the memory backend; ``RuntimeError`` when absent."""
     if clock is None:
-        raise RuntimeError(f'{name!r} uses backend="memory": pass clock= (a Clock or FakeClock)')
+        raise missing_clock(name)
     return to_us(clock.now())
 
 
@@ -58,6 +66,33 @@ def retry(us: float | None) -> timedelta | None:
     return None if us is None else us_to_timedelta(us)
 
 
+ALLOWED_WAIT: Final = timedelta(0)
+"""The ``retry_after`` of every allowed decision (one shared, immutable value)."""
+
+_YES: Final = (b"1", "1")
+
+
+def redis_decision(
+    name: str, reply: bytes | str, request_id: str | None = None
+) -> RateLimitDecision:
+    """The decision a script replied (``"1 <value>"`` or ``"0 <value> <wait_us>"``).
+
+    ``str`` replies come from clients made with ``decode_responses=True``. A negative wait
+    means the state never recovers on its own (``retry_after=None``).
+    """
+    parts = reply.split()
+    if parts[0] in _YES:
+        return RateLimitDecision(True, float(parts[1]), ALLOWED_WAIT, name, "redis", request_id)
+    wait = float(parts[2])
+    return RateLimitDecision(
+        False,
+        max(0.0, float(parts[1])),
+        None if wait < 0 else us_to_timedelta(wait),
+        name,
+        "redis",
+    )
+
+
 def decision(
     name: str,
     backend: RateLimitBackend,
@@ -68,12 +103,12 @@ def decision(
 ) -> RateLimitDecision:
     """Build a decision; allowed ones always wait ``timedelta(0)``."""
     return RateLimitDecision(
-        allowed=allowed,
-        remaining=max(0.0, float(remaining)),
-        retry_after=timedelta(0) if allowed else retry(retry_us),
-        bucket_name=name,
-        backend=backend,
-        request_id=request_id if allowed else None,
+        allowed,
+        max(0.0, float(remaining)),
+        ALLOWED_WAIT if allowed else retry(retry_us),
+        name,
+        backend,
+        request_id if allowed else None,
     )
 
 

@@ -1,20 +1,28 @@
 """Lua source of the Redis scripts, one atomic script per operation.
 
 Each script reads Redis ``TIME`` (never the client's clock), works in microseconds since
-:data:`~taskq.ratelimit._algorithms.EPOCH` (passed in as ``ARGV`` so there is one
-definition), mirrors the maths of :mod:`taskq.ratelimit._algorithms`, and sets a TTL on
+:data:`~taskq.ratelimit._algorithms.EPOCH` (baked into the source, so it costs no
+argument), mirrors the maths of :mod:`taskq.ratelimit._algorithms`, and sets a TTL on
 every key it writes. Floats go back to Python as ``%.17g`` strings: Lua would truncate a
-number reply to an integer. Scripts are bytes so redis-py's ``Script`` needs no client to
-hash them; redis-py runs them by ``EVALSHA`` and reloads them on ``NOSCRIPT``. Each
-script replies with one string ``"<allowed> <value> <wait_us>"`` (cheaper to parse than
-an array).
+number reply to an integer.
+
+The hot path is one ``EVALSHA`` per operation (see :mod:`taskq.ratelimit._redis_utils`),
+so the scripts take as few arguments as possible (redis-py encodes and frames each one on
+every call): the primitive's configuration travels as ONE space-separated argument,
+encoded once at construction, followed by an optional mode (absent means "acquire"). Each
+script replies with one string, cheaper to parse than an array:
+``"1 <value>"`` when allowed, ``"0 <value> <wait_us>"`` when denied (``wait_us`` is
+``-1`` when the state never recovers on its own).
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import Final
 
-__all__ = ["GCRA_LUA", "LOG_LUA", "TOKEN_BUCKET_LUA", "redis_key"]
+from taskq.ratelimit._algorithms import EPOCH_UNIX_S
+
+__all__ = ["GCRA", "LOG", "TOKEN_BUCKET", "LuaScript", "redis_key"]
 
 
 def redis_key(name: str, suffix: str) -> str:
@@ -22,21 +30,36 @@ def redis_key(name: str, suffix: str) -> str:
     return f"taskq:rl:{{{name}}}:{suffix}"
 
 
-_NOW: Final = """
+class LuaScript:
+    """A script's source and its SHA1, the name ``EVALSHA`` runs it by.
+
+    One object per script serves every client, async and sync. ``sha`` is a plain
+    attribute so that a test can make the server "forget" the script.
+    """
+
+    __slots__ = ("sha", "source")
+
+    def __init__(self, source: str) -> None:
+        self.source: Final = source.encode()
+        self.sha: bytes = hashlib.sha1(self.source, usedforsecurity=False).hexdigest().encode()
+
+
+_NOW: Final = f"""
 local t = redis.call('TIME')
-local now = (tonumber(t[1]) - tonumber(ARGV[1])) * 1000000 + tonumber(t[2])
-local function f(x) return string.format('%.17g', x) end
+local now = (t[1] - {EPOCH_UNIX_S}) * 1000000 + t[2]
+local fmt = string.format
 """
 
-TOKEN_BUCKET_LUA: Final = (
+TOKEN_BUCKET: Final = LuaScript(
     _NOW
     + """
--- ARGV: epoch_s, capacity, refill_per_second, count, ttl_s, mode (acquire|peek|refund)
-local cap = tonumber(ARGV[2])
-local rate = tonumber(ARGV[3])
-local count = tonumber(ARGV[4])
-local ttl = tonumber(ARGV[5])
-local mode = ARGV[6]
+-- KEYS[1]: hash with t = tokens, s = when they were counted (us since the epoch)
+-- ARGV: "capacity refill_per_second count ttl_s"[, mode: 'peek' | 'refund']
+local a, b, c, ttl = string.match(ARGV[1], '(%S+) (%S+) (%S+) (%S+)')
+local cap = tonumber(a)
+local rate = tonumber(b)
+local count = tonumber(c)
+local mode = ARGV[2]
 local h = redis.call('HMGET', KEYS[1], 't', 's')
 local tokens = tonumber(h[1])
 local ts = tonumber(h[2])
@@ -47,34 +70,36 @@ end
 local elapsed = now - ts
 if elapsed < 0 then elapsed = 0 end
 local cur = math.min(cap, tokens + elapsed * rate / 1000000)
-local stamp = math.max(ts, now)
+if now > ts then ts = now end
 if mode == 'refund' then
   cur = math.min(cap, cur + count)
-  redis.call('HSET', KEYS[1], 't', f(cur), 's', string.format('%d', stamp))
+  redis.call('HSET', KEYS[1], 't', fmt('%.17g', cur), 's', fmt('%d', ts))
   redis.call('EXPIRE', KEYS[1], ttl)
-  return '1 ' .. f(cur) .. ' ' .. '0'
+  return '1 ' .. fmt('%.17g', cur)
 end
 if cur + 1e-9 >= count then
-  if mode == 'peek' then return '1 ' .. f(cur) .. ' ' .. '0' end
-  local left = math.max(0, cur - count)
-  redis.call('HSET', KEYS[1], 't', f(left), 's', string.format('%d', stamp))
+  if mode == 'peek' then return '1 ' .. fmt('%.17g', cur) end
+  local left = cur - count
+  if left < 0 then left = 0 end
+  redis.call('HSET', KEYS[1], 't', fmt('%.17g', left), 's', fmt('%d', ts))
   redis.call('EXPIRE', KEYS[1], ttl)
-  return '1 ' .. f(left) .. ' ' .. '0'
+  return '1 ' .. fmt('%.17g', left)
 end
-if rate > 0 then return '0 ' .. f(cur) .. ' ' .. f((count - cur) * 1000000 / rate) end
-return '0 ' .. f(cur) .. ' ' .. '-1'
+if rate > 0 then
+  return '0 ' .. fmt('%.17g', cur) .. ' ' .. fmt('%.17g', (count - cur) * 1000000 / rate)
+end
+return '0 ' .. fmt('%.17g', cur) .. ' -1'
 """
-).encode()
+)
 
-GCRA_LUA: Final = (
+GCRA: Final = LuaScript(
     _NOW
     + """
--- ARGV: epoch_s, limit, window_us, ttl_s, mode (acquire|peek)
--- TAT = t + r / limit microseconds (integers: no drift); hash fields t and r.
-local limit = tonumber(ARGV[2])
-local win = tonumber(ARGV[3])
-local ttl = tonumber(ARGV[4])
-local mode = ARGV[5]
+-- KEYS[1]: hash with t, r: TAT = t + r / limit microseconds (integers: no drift)
+-- ARGV: "limit window_us ttl_s"[, mode: 'peek']
+local a, b, ttl = string.match(ARGV[1], '(%S+) (%S+) (%S+)')
+local limit = tonumber(a)
+local win = tonumber(b)
 local h = redis.call('HMGET', KEYS[1], 't', 'r')
 local bt = tonumber(h[1])
 local br = tonumber(h[2])
@@ -83,56 +108,56 @@ if bt == nil or br == nil or bt < now or (bt == now and br == 0) then
   br = 0
 end
 local step_rem = win % limit
-local step_us = (win - step_rem) / limit
 local nr = br + step_rem
-local carry = 0
+local nt = bt + (win - step_rem) / limit
 if nr >= limit then
-  carry = 1
+  nt = nt + 1
   nr = nr - limit
 end
-local nt = bt + step_us + carry
 local allow_at = nt - win
 if (now - allow_at) * limit >= nr then
-  local st = bt
-  local sr = br
-  if mode == 'acquire' then
-    st = nt
-    sr = nr
-    redis.call('HSET', KEYS[1], 't', string.format('%d', nt), 'r', string.format('%d', nr))
+  if ARGV[2] == 'peek' then
+    nt = bt
+    nr = br
+  else
+    redis.call('HSET', KEYS[1], 't', fmt('%d', nt), 'r', fmt('%d', nr))
     redis.call('EXPIRE', KEYS[1], ttl)
   end
-  local rem = math.floor(((now + win - st) * limit - sr) / win)
+  local rem = math.floor(((now + win - nt) * limit - nr) / win)
   if rem < 0 then rem = 0 end
-  return '1 ' .. f(rem) .. ' ' .. '0'
+  return '1 ' .. fmt('%d', rem)
 end
 local wait = allow_at - now
 if nr > 0 then wait = wait + 1 end
-return '0 ' .. '0' .. ' ' .. f(wait)
+return '0 0 ' .. fmt('%d', wait)
 """
-).encode()
+)
 
-LOG_LUA: Final = (
+LOG: Final = LuaScript(
     _NOW
     + """
--- ARGV: epoch_s, limit, window_us, ttl_s, mode (acquire|peek), request_id
-local limit = tonumber(ARGV[2])
-local win = tonumber(ARGV[3])
-local ttl = tonumber(ARGV[4])
-local mode = ARGV[5]
-local cutoff = now - win
-if mode == 'acquire' then
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', f(cutoff))
+-- KEYS[1]: sorted set of request ids scored by acceptance time (us since the epoch)
+-- ARGV: "limit window_us ttl_s", request_id[, mode: 'peek']
+local a, b, ttl = string.match(ARGV[1], '(%S+) (%S+) (%S+)')
+local limit = tonumber(a)
+local win = tonumber(b)
+local cutoff = fmt('%.17g', now - win)
+local n
+if ARGV[3] == 'peek' then
+  n = redis.call('ZCOUNT', KEYS[1], '(' .. cutoff, '+inf')
+  if n < limit then return '1 ' .. (limit - n) end
+else
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', cutoff)
+  n = redis.call('ZCARD', KEYS[1])
+  if n < limit then
+    redis.call('ZADD', KEYS[1], fmt('%.17g', now), ARGV[2])
+    redis.call('EXPIRE', KEYS[1], ttl)
+    return '1 ' .. (limit - n - 1)
+  end
 end
-local n = redis.call('ZCOUNT', KEYS[1], '(' .. f(cutoff), '+inf')
-if n < limit then
-  if mode == 'peek' then return '1 ' .. f(limit - n) .. ' ' .. '0' end
-  redis.call('ZADD', KEYS[1], f(now), ARGV[6])
-  redis.call('EXPIRE', KEYS[1], ttl)
-  return '1 ' .. f(limit - n - 1) .. ' ' .. '0'
-end
-local oldest = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. f(cutoff), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+local oldest = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. cutoff, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
 local wait = tonumber(oldest[2]) + win - now
 if wait < 0 then wait = 0 end
-return '0 ' .. '0' .. ' ' .. f(wait)
+return '0 0 ' .. fmt('%.17g', wait)
 """
-).encode()
+)

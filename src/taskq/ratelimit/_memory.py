@@ -13,7 +13,14 @@ import uuid
 from dataclasses import dataclass
 from uuid import UUID
 
-from taskq.ratelimit._algorithms import GcraResult, TokenResult, gcra_step, log_decide, tb_step
+from taskq.ratelimit._algorithms import (
+    EPS_TOKENS,
+    GcraResult,
+    TokenResult,
+    gcra_step,
+    log_decide,
+    tb_step,
+)
 
 __all__ = ["MemoryGcra", "MemoryLog", "MemoryReservation", "MemoryTokenBucket", "SlotHolder"]
 
@@ -25,6 +32,33 @@ class MemoryTokenBucket:
         self._lock = threading.Lock()
         self._tokens: float | None = None
         self._ts: int | None = None
+
+    def take(
+        self, now_us: int, capacity: float, rate: float, count: float
+    ) -> tuple[bool, float, float | None]:
+        """Refill, then take ``count`` tokens if there are enough: ``(allowed, tokens, retry_us)``.
+
+        The acquire hot path: :func:`~taskq.ratelimit._algorithms.tb_step` inlined (same
+        operations in the same order, so the same floats), with no result object.
+        """
+        with self._lock:
+            tokens = self._tokens
+            ts = self._ts
+            if tokens is None or ts is None:
+                tokens = capacity
+                ts = now_us
+            elapsed = now_us - ts if now_us > ts else 0
+            current = tokens + elapsed * rate / 1_000_000
+            if current > capacity:
+                current = capacity
+            if now_us > ts:
+                ts = now_us
+            if current + EPS_TOKENS >= count:
+                left = current - count if current > count else 0.0
+                self._tokens, self._ts = left, ts
+                return True, left, 0.0
+            self._tokens, self._ts = current, ts
+            return False, current, None if rate <= 0 else (count - current) * 1_000_000 / rate
 
     def step(
         self, now_us: int, *, capacity: float, rate: float, count: float, consume: bool

@@ -3,11 +3,14 @@
 
 """The ``"postgres"`` rate-limit backend, which also runs on SQLite.
 
-Each operation is one transaction: upsert-and-lock the bucket row (reading the store's
-clock in the same statement), decide with :mod:`taskq.ratelimit._algorithms`, write back.
-Postgres serialises on the row lock; SQLite on its write lock (``BEGIN IMMEDIATE``).
-GCRA keeps its theoretical arrival time as whole microseconds in ``tat`` plus the remainder (in
-``1/limit`` microseconds) in ``tokens``.
+On Postgres a token-bucket or GCRA acquire is ONE statement on an autocommit connection
+(:func:`taskq.db.queries.ratelimit.tb_take_pg`): the row lock it takes serialises
+concurrent acquirers, the maths runs in SQL on ``clock_timestamp()``, and there is no
+``BEGIN``/``COMMIT`` round trip. Everything else (SQLite, the sliding-window log, refunds)
+is one transaction: upsert-and-lock the bucket row (reading the store's clock in the same
+statement), decide with :mod:`taskq.ratelimit._algorithms`, write back. SQLite serialises
+on its write lock (``BEGIN IMMEDIATE``). GCRA keeps its theoretical arrival time as whole
+microseconds in ``tat`` plus the remainder (in ``1/limit`` microseconds) in ``tokens``.
 """
 
 from __future__ import annotations
@@ -17,12 +20,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError
 
+from taskq.db.dialect import translate_error
 from taskq.db.queries import ratelimit as q
 from taskq.ratelimit._algorithms import from_us, gcra_step, log_decide, tb_step, to_us
 from taskq_sync.db.engine import transaction
 
 __all__ = [
+    "PgAutocommit",
     "sql_gcra",
     "sql_log",
     "sql_now_us",
@@ -61,10 +67,82 @@ def _gcra_state(tokens: float | None, tat: datetime | None) -> tuple[int, int] |
     return None if tat is None or tokens is None else (to_us(tat), int(tokens))
 
 
+class PgAutocommit:
+    """The autocommit view of one engine, kept by a primitive across calls.
+
+    ``engine.execution_options(isolation_level="AUTOCOMMIT")`` builds a new engine
+    proxy (tens of microseconds), so each primitive keeps the one it made for the last
+    engine it was given. Connections still come from (and go back to) the engine's pool
+    on every call, with the pool's own checks.
+    """
+
+    __slots__ = ("_statements", "autocommit", "engine")
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._statements: dict[Any, tuple[str, dict[str, Any]]] = {}
+
+    def statement(self, builder: Any, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """``builder``'s SQL for this engine, and ``params`` with its constants added."""
+        found = self._statements.get(builder)
+        if found is None:
+            translate = self.engine.get_execution_options().get("schema_translate_map")
+            found = self._statements[builder] = q.pg_sql(builder, self.engine.dialect, translate)
+        sql, constants = found
+        return (sql, {**constants, **params})
+
+
+def pg_autocommit(cached: PgAutocommit | None, engine: Engine) -> PgAutocommit:
+    """``cached`` when it belongs to ``engine``, else a new one."""
+    if cached is not None and cached.engine is engine:
+        return cached
+    return PgAutocommit(engine)
+
+
+def _pg_take(ac: PgAutocommit, take: Any, first: Any, params: dict[str, Any]) -> tuple[Any, ...]:
+    """Run a one-statement acquire: ``take``, or ``first`` when the row does not exist yet.
+
+    ``take`` updates nothing when there is no row; ``first`` then creates it (and decides),
+    unless a concurrent first acquirer won the insert, in which case ``take`` runs again.
+    """
+    try:
+        with ac.autocommit.connect() as conn:
+            row = conn.exec_driver_sql(*ac.statement(take, params)).first()
+            while row is None:
+                row = conn.exec_driver_sql(*ac.statement(first, params)).first()
+                if row is None:
+                    row = conn.exec_driver_sql(*ac.statement(take, params)).first()
+            return tuple(row)
+    except DBAPIError as exc:
+        translated = translate_error(exc)
+        if translated is exc:
+            raise
+        raise translated from exc
+
+
 def sql_token_bucket(
-    engine: Engine, name: str, *, capacity: float, rate: float, count: float, refund: bool
+    engine: Engine,
+    name: str,
+    *,
+    capacity: float,
+    rate: float,
+    count: float,
+    pg: PgAutocommit | None = None,
 ) -> tuple[bool, float, float | None]:
-    """Take (or, with ``refund``, give back) ``count`` tokens: ``(allowed, tokens, retry_us)``."""
+    """Take ``count`` tokens: ``(allowed, tokens, retry_us)``.
+
+    One autocommit statement on Postgres (``pg`` caches the autocommit engine); one
+    ``BEGIN IMMEDIATE`` transaction on SQLite.
+    """
+    if engine.dialect.name == "postgresql":
+        params = {"p_name": name, "p_capacity": capacity, "p_refill": rate, "p_count": count}
+        allowed, cur, left = _pg_take(
+            pg_autocommit(pg, engine), q.tb_take_pg, q.tb_first_pg, params
+        )
+        if allowed:
+            return (True, left, 0.0)
+        return (False, cur, None if rate <= 0 else (count - cur) * 1000000 / rate)
     with transaction(engine) as conn:
         tokens, _, updated_at, now_us = _lock_row(
             conn,
@@ -75,16 +153,6 @@ def sql_token_bucket(
             window_s=None,
         )
         ts_us = to_us(updated_at) if tokens is not None else None
-        if refund:
-            cur = tb_step(
-                tokens, ts_us, now_us, capacity=capacity, rate=rate, count=0.0, consume=False
-            )
-            left = min(capacity, cur.tokens + count)
-            conn.execute(
-                q.bucket_store(),
-                q.bucket_store_params(name, tokens=left, updated_at=from_us(cur.ts_us), tat=None),
-            )
-            return (True, left, 0.0)
         result = tb_step(tokens, ts_us, now_us, capacity=capacity, rate=rate, count=count)
         if result.allowed:
             conn.execute(
@@ -96,8 +164,29 @@ def sql_token_bucket(
         return (result.allowed, result.tokens, result.retry_after_us)
 
 
-def sql_gcra(engine: Engine, name: str, *, limit: int, window_us: int) -> tuple[bool, float, float]:
-    """One GCRA acquire: ``(allowed, remaining, retry_us)``."""
+def sql_gcra(
+    engine: Engine, name: str, *, limit: int, window_us: int, pg: PgAutocommit | None = None
+) -> tuple[bool, float, float]:
+    """One GCRA acquire: ``(allowed, remaining, retry_us)``.
+
+    One autocommit statement on Postgres; one ``BEGIN IMMEDIATE`` transaction on SQLite.
+    """
+    if engine.dialect.name == "postgresql":
+        step_us, step_rem = divmod(window_us, limit)
+        params = {
+            "p_name": name,
+            "p_limit": limit,
+            "p_window_us": window_us,
+            "p_step_us": step_us,
+            "p_step_rem": step_rem,
+            "p_window_s": window_us / 1000000.0,
+        }
+        allowed, value = _pg_take(
+            pg_autocommit(pg, engine), q.gcra_take_pg, q.gcra_first_pg, params
+        )
+        if allowed:
+            return (True, value, 0.0)
+        return (False, 0.0, value)
     with transaction(engine) as conn:
         rem, tat, _, now_us = _lock_row(
             conn,

@@ -15,9 +15,17 @@ from typing import TYPE_CHECKING, Any, Literal
 from uuid import uuid4
 
 from taskq.constants import validate_name
-from taskq.ratelimit._algorithms import EPOCH_UNIX_S, gcra_step, log_decide, redis_ttl_seconds
-from taskq.ratelimit._common import decision, memory_now_us, require_engine, retry
-from taskq.ratelimit._lua import GCRA_LUA, LOG_LUA, redis_key
+from taskq.ratelimit._algorithms import gcra_step, log_decide, redis_ttl_seconds, to_us
+from taskq.ratelimit._common import (
+    ALLOWED_WAIT,
+    decision,
+    memory_now_us,
+    missing_clock,
+    redis_decision,
+    require_engine,
+    retry,
+)
+from taskq.ratelimit._lua import GCRA, LOG, redis_key
 from taskq.ratelimit._memory import MemoryGcra, MemoryLog
 from taskq.ratelimit.decision import RateLimitDecision, RateLimitState, SlidingWindowStyle
 from taskq.ratelimit.refs import validate_backend
@@ -68,6 +76,12 @@ class SlidingWindow:
         self.redis_key = redis_key(self.name, style)
         self._gcra = MemoryGcra()
         self._log = MemoryLog()
+        self._script = LOG if style == "log" else GCRA
+        self._redis_args = (
+            self.redis_key.encode(),
+            f"{self.limit} {self.window_us} {self.ttl_seconds}".encode(),
+        )
+        self._pg: _sql.PgAutocommit | None = None
 
     def __repr__(self) -> str:
         return f"SlidingWindow({self.name!r}, limit={self.limit}, window={self.window!r}, backend={self.backend!r}, style={self.style!r})"
@@ -96,17 +110,11 @@ class SlidingWindow:
         """Sliding windows always recover on their own, so they are always evictable."""
         return False
 
-    def _redis(self, client: Redis, mode: str, request_id: str = "") -> tuple[bool, float, float]:
-        lua = LOG_LUA if self.style == "log" else GCRA_LUA
-        args: list[Any] = [EPOCH_UNIX_S, self.limit, self.window_us, self.ttl_seconds, mode]
-        if self.style == "log":
-            args.append(request_id)
-        return rru.run_script(client, lua, self.redis_key, args)
-
     def _postgres(self, engine: Engine) -> RateLimitDecision:
         if self.style == "gcra":
+            self._pg = _sql.pg_autocommit(self._pg, engine)
             allowed, remaining, retry_us = _sql.sql_gcra(
-                engine, self.name, limit=self.limit, window_us=self.window_us
+                engine, self.name, limit=self.limit, window_us=self.window_us, pg=self._pg
             )
             return decision(self.name, "postgres", allowed, remaining, retry_us)
         allowed, remaining, retry_us, request_id = _sql.sql_log(
@@ -125,32 +133,41 @@ class SlidingWindow:
         """Try to admit one request now.
 
         ``clock`` drives the memory backend only (``RuntimeError`` there without it).
+        Redis: one ``EVALSHA`` with the arguments encoded at construction; the fallback
+        machinery runs only when Redis raised.
         """
-        if self.backend == "memory":
-            now_us = memory_now_us(clock, self.name)
+        backend = self.backend
+        if backend == "redis":
+            client: Any = rru.require_redis(redis_client, self.name)
+            request_id = str(uuid4()) if self.style == "log" else None
+            args = self._redis_args if request_id is None else (*self._redis_args, request_id)
+            try:
+                try:
+                    reply = client.execute_command("EVALSHA", self._script.sha, b"1", *args)
+                except rru.NO_SCRIPT:
+                    reply = rru.reload_and_run(client, self._script, args)
+            except rru.REDIS_DOWN as exc:
+                engine = rru.fallback_engine(self.name, exc, pg_pool, settings)
+                if engine is None:
+                    raise
+                return self._postgres(engine)
+            return redis_decision(self.name, reply, request_id)
+        if backend == "memory":
+            if clock is None:
+                raise missing_clock(self.name)
+            now_us = to_us(clock.now())
             if self.style == "gcra":
                 g = self._gcra.step(
                     now_us, limit=self.limit, window_us=self.window_us, consume=True
                 )
-                return decision(self.name, "memory", g.allowed, g.remaining, g.retry_after_us)
+                if g.allowed:
+                    return RateLimitDecision(True, g.remaining, ALLOWED_WAIT, self.name, "memory")
+                return decision(self.name, "memory", False, 0.0, g.retry_after_us)
             ok, remaining, retry_us, rid = self._log.step(
                 now_us, limit=self.limit, window_us=self.window_us, consume=True
             )
             return decision(self.name, "memory", ok, remaining, retry_us, rid)
-        if self.backend == "postgres":
-            return self._postgres(require_engine(pg_pool, self.name))
-        client = rru.require_redis(redis_client, self.name)
-        request_id = str(uuid4()) if self.style == "log" else ""
-        try:
-            ok, remaining, retry_us = self._redis(client, "acquire", request_id)
-        except rru.redis_down_errors() as exc:
-            engine = rru.fallback_engine(self.name, exc, pg_pool, settings)
-            if engine is None:
-                raise
-            return self._postgres(engine)
-        return decision(
-            self.name, "redis", bool(int(ok)), float(remaining), float(retry_us), request_id or None
-        )
+        return self._postgres(require_engine(pg_pool, self.name))
 
     def refund(
         self,
@@ -199,14 +216,16 @@ class SlidingWindow:
         if self.backend == "postgres":
             return self._peek_postgres(require_engine(pg_pool, self.name))
         client = rru.require_redis(redis_client, self.name)
+        args = self._redis_args if self.style == "gcra" else (*self._redis_args, b"")
         try:
-            _, remaining, retry_us = self._redis(client, "peek")
-        except rru.redis_down_errors() as exc:
+            reply = rru.run(client, self._script, (*args, b"peek"))
+        except rru.REDIS_DOWN as exc:
             engine = rru.fallback_engine(self.name, exc, pg_pool, settings)
             if engine is None:
                 raise
             return self._peek_postgres(engine)
-        return self._state("redis", float(remaining), float(retry_us))
+        parts = reply.split()
+        return self._state("redis", float(parts[1]), float(parts[2]) if len(parts) > 2 else 0.0)
 
     def _peek_postgres(self, engine: Engine) -> RateLimitState:
         if self.style == "gcra":
@@ -255,7 +274,7 @@ class SlidingWindow:
             client = rru.require_redis(redis_client, self.name)
             try:
                 client.delete(self.redis_key)
-            except rru.redis_down_errors() as exc:
+            except rru.REDIS_DOWN as exc:
                 engine = rru.fallback_engine(self.name, exc, pg_pool, settings)
                 if engine is None:
                     raise

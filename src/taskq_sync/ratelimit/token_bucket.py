@@ -11,16 +11,19 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from taskq.constants import validate_name
-from taskq.ratelimit._algorithms import EPOCH_UNIX_S, redis_ttl_seconds, tb_step
+from taskq.ratelimit._algorithms import redis_ttl_seconds, tb_step, to_us
 from taskq.ratelimit._common import (
+    ALLOWED_WAIT,
     check_count,
     check_number,
     decision,
     memory_now_us,
+    missing_clock,
+    redis_decision,
     require_engine,
     retry,
 )
-from taskq.ratelimit._lua import TOKEN_BUCKET_LUA, redis_key
+from taskq.ratelimit._lua import TOKEN_BUCKET, redis_key
 from taskq.ratelimit._memory import MemoryTokenBucket
 from taskq.ratelimit.decision import RateLimitDecision, RateLimitState
 from taskq.ratelimit.refs import validate_backend
@@ -62,6 +65,9 @@ class TokenBucket:
         self.ttl = ttl
         self.redis_key = redis_key(self.name, "tb")
         self._memory = MemoryTokenBucket()
+        self._redis_key_b = self.redis_key.encode()
+        self._redis_spec_one = self._redis_spec(1.0)
+        self._pg: _sql.PgAutocommit | None = None
 
     def __repr__(self) -> str:
         return f"TokenBucket({self.name!r}, capacity={self.capacity:g}, refill_per_second={self.refill_per_second:g}, backend={self.backend!r})"
@@ -95,25 +101,23 @@ class TokenBucket:
             and self._memory.consumed(self.capacity)
         )
 
-    def _redis(self, client: Redis, count: float, mode: str) -> tuple[bool, float, float]:
-        args = (
-            EPOCH_UNIX_S,
-            repr(self.capacity),
-            repr(self.refill_per_second),
-            repr(count),
-            self.ttl_seconds,
-            mode,
-        )
-        return rru.run_script(client, TOKEN_BUCKET_LUA, self.redis_key, args)
+    def _redis_spec(self, count: float) -> bytes:
+        """The script's configuration argument: ``"capacity refill count ttl_s"``."""
+        return f"{self.capacity!r} {self.refill_per_second!r} {count!r} {self.ttl_seconds}".encode()
 
-    def _postgres(self, engine: Engine, count: float, refund: bool = False) -> RateLimitDecision:
+    def _script_args(self, count: float, *mode: bytes) -> tuple[bytes, ...]:
+        spec = self._redis_spec_one if count == 1.0 else self._redis_spec(count)
+        return (self._redis_key_b, spec, *mode)
+
+    def _postgres(self, engine: Engine, count: float) -> RateLimitDecision:
+        self._pg = _sql.pg_autocommit(self._pg, engine)
         allowed, tokens, retry_us = _sql.sql_token_bucket(
             engine,
             self.name,
             capacity=self.capacity,
             rate=self.refill_per_second,
             count=count,
-            refund=refund,
+            pg=self._pg,
         )
         return decision(self.name, "postgres", allowed, tokens, retry_us)
 
@@ -129,32 +133,41 @@ class TokenBucket:
         """Try to take ``count`` tokens; the decision says whether it worked and when to retry.
 
         ``clock`` drives the memory backend only; Redis and Postgres use their own clock.
+        Redis: one ``EVALSHA`` with the arguments encoded at construction; the fallback
+        machinery runs only when Redis raised. Postgres: one statement (see ``_sql``).
         """
-        count = check_count(count, self.capacity)
-        if self.backend == "memory":
-            now_us = memory_now_us(clock, self.name)
-            r = self._memory.step(
-                now_us,
-                capacity=self.capacity,
-                rate=self.refill_per_second,
-                count=count,
-                consume=True,
+        if count.__class__ is not float or not 0.0 < count <= self.capacity:
+            count = check_count(count, self.capacity)
+        backend = self.backend
+        if backend == "redis":
+            client: Any = rru.require_redis(redis_client, self.name)
+            try:
+                try:
+                    reply = client.execute_command(
+                        "EVALSHA",
+                        TOKEN_BUCKET.sha,
+                        b"1",
+                        self._redis_key_b,
+                        self._redis_spec_one if count == 1.0 else self._redis_spec(count),
+                    )
+                except rru.NO_SCRIPT:
+                    reply = rru.reload_and_run(client, TOKEN_BUCKET, self._script_args(count))
+            except rru.REDIS_DOWN as exc:
+                engine = rru.fallback_engine(self.name, exc, pg_pool, settings)
+                if engine is None:
+                    raise
+                return self._postgres(engine, count)
+            return redis_decision(self.name, reply)
+        if backend == "memory":
+            if clock is None:
+                raise missing_clock(self.name)
+            allowed, tokens, retry_us = self._memory.take(
+                to_us(clock.now()), self.capacity, self.refill_per_second, count
             )
-            return decision(self.name, "memory", r.allowed, r.tokens, r.retry_after_us)
-        if self.backend == "postgres":
-            return self._postgres(require_engine(pg_pool, self.name), count)
-        client = rru.require_redis(redis_client, self.name)
-        try:
-            ok, tokens, retry_us = self._redis(client, count, "acquire")
-        except rru.redis_down_errors() as exc:
-            engine = rru.fallback_engine(self.name, exc, pg_pool, settings)
-            if engine is None:
-                raise
-            return self._postgres(engine, count)
-        wait = float(retry_us)
-        return decision(
-            self.name, "redis", bool(int(ok)), float(tokens), None if wait < 0 else wait
-        )
+            if allowed:
+                return RateLimitDecision(True, tokens, ALLOWED_WAIT, self.name, "memory")
+            return RateLimitDecision(False, tokens, retry(retry_us), self.name, "memory")
+        return self._postgres(require_engine(pg_pool, self.name), count)
 
     def refund(
         self,
@@ -182,7 +195,8 @@ class TokenBucket:
                 count=count,
             )
         elif decision.backend == "redis":
-            self._redis(rru.require_redis(redis_client, self.name), count, "refund")
+            client = rru.require_redis(redis_client, self.name)
+            rru.run(client, TOKEN_BUCKET, self._script_args(count, b"refund"))
         else:
             _log.warning("ratelimit.refund_noop bucket=%s backend=postgres", self.name)
 
@@ -208,13 +222,15 @@ class TokenBucket:
             return self._peek_postgres(require_engine(pg_pool, self.name))
         client = rru.require_redis(redis_client, self.name)
         try:
-            _, tokens, _ = self._redis(client, min(1.0, self.capacity), "peek")
-        except rru.redis_down_errors() as exc:
+            reply = rru.run(
+                client, TOKEN_BUCKET, self._script_args(min(1.0, self.capacity), b"peek")
+            )
+        except rru.REDIS_DOWN as exc:
             engine = rru.fallback_engine(self.name, exc, pg_pool, settings)
             if engine is None:
                 raise
             return self._peek_postgres(engine)
-        return self._state("redis", float(tokens))
+        return self._state("redis", float(reply.split()[1]))
 
     def _peek_postgres(self, engine: Engine) -> RateLimitState:
         tokens, updated_us, _, now_us = _sql.sql_read(engine, self.name, "token_bucket")
@@ -272,7 +288,7 @@ class TokenBucket:
             client = rru.require_redis(redis_client, self.name)
             try:
                 client.delete(self.redis_key)
-            except rru.redis_down_errors() as exc:
+            except rru.REDIS_DOWN as exc:
                 engine = rru.fallback_engine(self.name, exc, pg_pool, settings)
                 if engine is None:
                     raise

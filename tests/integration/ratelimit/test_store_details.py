@@ -21,9 +21,8 @@ from taskq.ratelimit import (
     RateLimitRegistry,
     SlidingWindow,
     TokenBucket,
-    _redis_utils,
 )
-from taskq.ratelimit._lua import TOKEN_BUCKET_LUA
+from taskq.ratelimit._lua import GCRA, LOG, TOKEN_BUCKET
 from taskq.settings import TaskQSettings
 from tests.integration.ratelimit.conftest import Env, call
 
@@ -60,13 +59,19 @@ async def test_scripts_are_reloaded_on_noscript(
 ) -> None:
     tb = TokenBucket(unique_name, capacity=2, refill_per_second=0)
     await tb.acquire(redis_client=aredis_client, settings=settings)
-    script = _redis_utils._script(TOKEN_BUCKET_LUA)
-    for s in _redis_utils._SCRIPTS.values():
-        s.sha = "0" * 40  # as if the server lost its script cache
-    d = await tb.acquire(redis_client=aredis_client, settings=settings)
-    assert d.allowed
-    assert d.remaining == 0
-    assert script.sha != "0" * 40
+    real = {s: s.sha for s in (TOKEN_BUCKET, GCRA, LOG)}
+    for s in real:
+        s.sha = b"0" * 40  # a sha the server does not know: as if it lost its script cache
+    try:
+        d = await tb.acquire(redis_client=aredis_client, settings=settings)
+        assert d.allowed
+        assert d.remaining == 0
+        assert TOKEN_BUCKET.sha == real[TOKEN_BUCKET]
+        state = await tb.peek(redis_client=aredis_client, settings=settings)
+        assert state.tokens_remaining == 0
+    finally:
+        for s, sha in real.items():
+            s.sha = sha
 
 
 class Tenant(BaseModel):

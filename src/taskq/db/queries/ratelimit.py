@@ -9,26 +9,36 @@ the decision and the time it is made at cannot disagree.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Final
 from uuid import UUID
 
 from sqlalchemy import (
+    BigInteger,
+    Boolean,
     Delete,
+    Float,
     Interval,
+    Numeric,
     Select,
     Update,
     and_,
     bindparam,
     case,
+    cast,
     delete,
+    extract,
     func,
     literal,
+    null,
     or_,
     select,
+    true,
     type_coerce,
     update,
 )
+from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.elements import ColumnElement
 
 from taskq.db import dialect as db_dialect
@@ -36,6 +46,7 @@ from taskq.db.tables import rate_limit_buckets, rate_limit_window_entries, reser
 from taskq.db.types import UTCDateTime
 
 __all__ = [
+    "EPS_TOKENS",
     "bucket_delete",
     "bucket_lock_params",
     "bucket_lock_upsert",
@@ -44,6 +55,9 @@ __all__ = [
     "bucket_store",
     "bucket_store_params",
     "db_now",
+    "gcra_first_pg",
+    "gcra_take_pg",
+    "pg_sql",
     "slot_claim",
     "slot_release",
     "slot_renew",
@@ -52,6 +66,8 @@ __all__ = [
     "slots_held",
     "slots_held_excess",
     "slots_soonest_expiry",
+    "tb_first_pg",
+    "tb_take_pg",
     "window_delete_all",
     "window_evict",
     "window_insert",
@@ -308,4 +324,237 @@ def slots_held_excess(dialect_name: str, name: str, slots: int) -> Select[*tuple
     """Count slot rows at or past ``slots`` still held (kept until released)."""
     return select(func.count()).where(
         and_(_s.name == name, _s.slot_index >= slots, ~_free(dialect_name))
+    )
+
+
+# --- Postgres: a whole acquire in ONE statement -------------------------------------------
+#
+# On Postgres a token-bucket or GCRA acquire is one autocommit statement, one round trip:
+#
+#   UPDATE rate_limit_buckets AS b SET <new state>
+#   FROM (SELECT <state>, clock_timestamp() AS now FROM rate_limit_buckets
+#         WHERE bucket_name = :name FOR UPDATE) AS o      -- the row lock serialises acquirers
+#   WHERE b.bucket_name = o.bucket_name
+#   RETURNING <decision>
+#
+# The decision is computed from ``o``, the row as locked: when a concurrent acquirer holds
+# the lock, ``FOR UPDATE`` waits, then re-reads the row it committed (READ COMMITTED
+# re-check), and the clock is read after the lock is granted; the UPDATE re-checks the
+# same row. RETURNING may name ``o``, so the statement returns the state it decided from
+# along with the decision (an upsert could not: its RETURNING sees only the new row). A
+# bucket with no row yet updates nothing; the caller then runs the ``*_first_pg`` INSERT
+# (``ON CONFLICT DO NOTHING``: a racing creator wins, and the caller retries the UPDATE).
+# Time is exact: differences of ``timestamptz`` values are taken as microseconds through
+# ``numeric`` (no float rounding), and the float maths is done in the same order as
+# :func:`taskq.ratelimit._algorithms.tb_step`, so Postgres and Python agree bit for bit.
+
+EPS_TOKENS: Final = 1e-9
+"""Token comparisons forgive this much float error (as in ``_algorithms``)."""
+
+_US_PER_S: Final = 1_000_000
+
+_PG_SQL_CACHE: dict[tuple[Any, ...], tuple[str, dict[str, Any]]] = {}
+
+
+def pg_sql(
+    builder: Callable[[], Any],
+    dialect: Dialect,
+    schema_translate_map: Mapping[str | None, str | None] | None,
+) -> tuple[str, dict[str, Any]]:
+    """``builder()``'s statement as SQL text, compiled once per driver and schema map.
+
+    Returns the text and the values of its constant parameters (the literals Core binds,
+    such as ``'token_bucket'``); the caller adds its ``p_*`` parameters and runs it with
+    ``exec_driver_sql``, so the hot path pays no compile, cache-key or bind-processing
+    work. Results come back as the driver's values (``float``, ``bool``).
+    """
+    translate = tuple(sorted((schema_translate_map or {}).items(), key=repr))
+    key = (builder.__name__, dialect.name, dialect.driver, translate)
+    cached = _PG_SQL_CACHE.get(key)
+    if cached is None:
+        mapping = dict(translate)
+        compiled = builder().compile(
+            dialect=dialect,
+            schema_translate_map=mapping or None,
+            render_schema_translate=bool(mapping),
+        )
+        constants = {k: v for k, v in compiled.params.items() if not k.startswith("p_")}
+        cached = _PG_SQL_CACHE[key] = (compiled.string, constants)
+    return cached
+
+
+def _us(later: ColumnElement[Any], earlier: ColumnElement[Any]) -> ColumnElement[Any]:
+    """Microseconds from ``earlier`` to ``later`` (timestamps), exact, as ``numeric``."""
+    return extract("epoch", later - earlier) * _US_PER_S
+
+
+def _plus_us(ts: ColumnElement[Any], us: ColumnElement[Any]) -> ColumnElement[Any]:
+    """``ts`` moved by ``us`` whole microseconds (exact below 2**53 us, about 285 years)."""
+    one_us = literal(timedelta(microseconds=1), Interval())
+    return ts + type_coerce(cast(us, Float()) * one_us, Interval())
+
+
+def _locked() -> Any:
+    """The bucket row, locked, with the store's clock read once the lock is held."""
+    return (
+        select(
+            _b.bucket_name.label("name"),
+            _b.kind.label("kind"),
+            _b.tokens.label("tokens"),
+            _b.tat.label("tat"),
+            _b.updated_at.label("ts"),
+            func.clock_timestamp().label("now"),
+        )
+        .where(_b.bucket_name == bindparam("p_name"))
+        .with_for_update()
+        .subquery("o")
+    )
+
+
+def tb_take_pg() -> Update:
+    """Token bucket: refill, try to take ``p_count``, write back; one statement.
+
+    Parameters ``p_name``, ``p_capacity``, ``p_refill``, ``p_count``. Returns
+    ``(allowed, current, tokens)``: the decision, the tokens before taking, the tokens
+    stored after. A row of another kind, or with no tokens yet (published but unused),
+    reads as full. A denied acquire leaves the state as it was. Zero rows: no row yet
+    (see :func:`tb_first_pg`).
+    """
+    o = _locked()
+    cap = bindparam("p_capacity", type_=Float())
+    rate = bindparam("p_refill", type_=Float())
+    count = bindparam("p_count", type_=Float())
+    fresh = or_(o.c.kind != "token_bucket", o.c.tokens.is_(None), o.c.ts.is_(None))
+    elapsed = func.greatest(0, cast(_us(o.c.now, o.c.ts), Float()))
+    cur = case((fresh, cap), else_=func.least(cap, o.c.tokens + elapsed * rate / 1e6))
+    stamp = case((fresh, o.c.now), else_=func.greatest(o.c.ts, o.c.now))
+    ok = cur + EPS_TOKENS >= count
+    return (
+        update(rate_limit_buckets)
+        .where(_b.bucket_name == o.c.name)
+        .values(
+            kind="token_bucket",
+            capacity=cap,
+            refill_per_second=rate,
+            window_s=null(),
+            tat=null(),
+            tokens=case((ok, func.greatest(0.0, cur - count)), else_=_b.tokens),
+            updated_at=case((ok, stamp), else_=_b.updated_at),
+        )
+        .returning(type_coerce(ok, Boolean()), cast(cur, Float()), _b.tokens)
+    )
+
+
+def tb_first_pg() -> Any:
+    """Token bucket, first use: create the row full minus ``p_count`` (always allowed).
+
+    Same parameters and result shape as :func:`tb_take_pg`; no row when a concurrent
+    acquirer created it first (run :func:`tb_take_pg` again).
+    """
+    cap = bindparam("p_capacity", type_=Float())
+    count = bindparam("p_count", type_=Float())
+    stmt = db_dialect.insert("postgresql", rate_limit_buckets).values(
+        bucket_name=bindparam("p_name"),
+        kind="token_bucket",
+        capacity=cap,
+        refill_per_second=bindparam("p_refill", type_=Float()),
+        tokens=func.greatest(0.0, cap - count),
+        updated_at=func.clock_timestamp(),
+    )
+    return stmt.on_conflict_do_nothing(index_elements=[_b.bucket_name]).returning(
+        true(), type_coerce(cap, Float()), _b.tokens
+    )
+
+
+def _gcra_step(
+    o: Any,
+) -> tuple[ColumnElement[Any], ColumnElement[Any], ColumnElement[Any], ColumnElement[Any]]:
+    """The GCRA of :func:`taskq.ratelimit._algorithms.gcra_step` in SQL, on ``numeric``.
+
+    Returns ``(allowed, new_tat, new_rem, remaining_or_wait_us)`` expressions; the TAT is
+    ``tat + tokens / limit`` microseconds with the remainder kept in ``tokens``.
+    """
+    limit = cast(bindparam("p_limit", type_=BigInteger()), Numeric())
+    window = cast(bindparam("p_window_us", type_=BigInteger()), Numeric())
+    step_us = bindparam("p_step_us", type_=BigInteger())
+    step_rem = bindparam("p_step_rem", type_=BigInteger())
+    rem = cast(o.c.tokens, BigInteger())
+    fresh = or_(
+        o.c.kind != "gcra",
+        o.c.tat.is_(None),
+        o.c.tokens.is_(None),
+        o.c.tat < o.c.now,
+        and_(o.c.tat == o.c.now, rem == 0),
+    )
+    base_t = case((fresh, o.c.now), else_=o.c.tat)
+    base_r = case((fresh, literal(0, BigInteger())), else_=rem)
+    carry = case((base_r + step_rem >= cast(limit, BigInteger()), 1), else_=0)
+    new_r = base_r + step_rem - carry * cast(limit, BigInteger())
+    new_t = _plus_us(base_t, step_us + carry)
+    # now - allow_at, allow_at = new_t - window:
+    since_allow = _us(o.c.now, new_t) + window
+    allowed = since_allow * limit >= new_r
+    remaining = func.greatest(0, func.div(since_allow * limit - new_r, window))
+    wait = -since_allow + case((new_r > 0, 1), else_=0)
+    return allowed, new_t, new_r, case((allowed, remaining), else_=wait)
+
+
+def gcra_take_pg() -> Update:
+    """GCRA: admit one request if the TAT allows it, advancing the TAT; one statement.
+
+    Parameters ``p_name``, ``p_limit``, ``p_window_us``, ``p_step_us``, ``p_step_rem``
+    (``divmod(window_us, limit)``), ``p_window_s``. Returns ``(allowed, value)``: the
+    requests that would still pass now when allowed, else the wait in microseconds. A
+    denied request leaves the state as it was. Zero rows: no row yet (see
+    :func:`gcra_first_pg`).
+    """
+    o = _locked()
+    allowed, new_t, new_r, value = _gcra_step(o)
+    limit = bindparam("p_limit", type_=BigInteger())
+    return (
+        update(rate_limit_buckets)
+        .where(_b.bucket_name == o.c.name)
+        .values(
+            kind="gcra",
+            capacity=cast(limit, Float()),
+            refill_per_second=cast(limit, Float())
+            * 1e6
+            / cast(bindparam("p_window_us", type_=BigInteger()), Float()),
+            window_s=bindparam("p_window_s", type_=Float()),
+            tat=case((allowed, new_t), else_=_b.tat),
+            tokens=case((allowed, cast(new_r, Float())), else_=_b.tokens),
+            updated_at=case((allowed, o.c.now), else_=_b.updated_at),
+        )
+        .returning(type_coerce(allowed, Boolean()), cast(value, Float()))
+    )
+
+
+def gcra_first_pg() -> Any:
+    """GCRA, first use: create the row as after one request from a fresh state.
+
+    Same parameters and result shape as :func:`gcra_take_pg`; no row when a concurrent
+    acquirer created it first.
+    """
+    limit = bindparam("p_limit", type_=BigInteger())
+    now = func.clock_timestamp()
+    step_us = bindparam("p_step_us", type_=BigInteger())
+    step_rem = bindparam("p_step_rem", type_=BigInteger())
+    window_us = bindparam("p_window_us", type_=BigInteger())
+    stmt = db_dialect.insert("postgresql", rate_limit_buckets).values(
+        bucket_name=bindparam("p_name"),
+        kind="gcra",
+        capacity=cast(limit, Float()),
+        refill_per_second=cast(limit, Float()) * 1e6 / cast(window_us, Float()),
+        window_s=bindparam("p_window_s", type_=Float()),
+        tokens=cast(step_rem, Float()),
+        tat=_plus_us(now, step_us),
+        updated_at=now,
+    )
+    # From a fresh state: remaining = ((window - step) * limit - step_rem) // window.
+    remaining = func.div(
+        cast(window_us - step_us, Numeric()) * cast(limit, Numeric()) - cast(step_rem, Numeric()),
+        cast(window_us, Numeric()),
+    )
+    return stmt.on_conflict_do_nothing(index_elements=[_b.bucket_name]).returning(
+        true(), cast(remaining, Float())
     )
