@@ -24,7 +24,14 @@ from taskq.backends.sql import SqlBackend
 from taskq.db.engine import make_engine
 from taskq.exceptions import JobNotFoundError
 from taskq.handle import JobHandle
-from taskq.records import EnqueueArgs, EnqueueOutcome, EnqueueRequest, JobRecord, build_request
+from taskq.records import (
+    EnqueueArgs,
+    EnqueueOutcome,
+    EnqueueRequest,
+    JobRecord,
+    build_request,
+    request_like,
+)
 from taskq.settings import TaskQSettings
 
 __all__ = ["EnqueueArgs", "JobHandle", "JobsClient", "TaskQ"]
@@ -118,14 +125,23 @@ class JobsClient:
         refs: list[ActorRef[Any, Any]] = []
         requests: list[EnqueueRequest] = []
         stc = self._default_stc
+        # (actor, payload) pairs carry no options: each actor is resolved once, later
+        # items of it are made like the first (see request_like).
+        templates: dict[int, EnqueueRequest] = {}
         for item in items:
             if isinstance(item, EnqueueArgs):
                 ref = _resolve(item.actor)
                 request = self._request(ref, item.payload, dict(item.options))
-            else:  # an (actor, payload) pair: no options to resolve
+            else:
                 actor, payload = item
                 ref = _resolve(actor)
-                request = build_request(ref, payload, default_start_to_close=stc)
+                template = templates.get(id(ref))
+                if template is None:
+                    request = templates[id(ref)] = build_request(
+                        ref, payload, default_start_to_close=stc
+                    )
+                else:
+                    request = request_like(template, ref.dump_payload(payload))
             refs.append(ref)
             requests.append(request)
         if not requests:

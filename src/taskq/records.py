@@ -36,6 +36,7 @@ __all__ = [
     "JobRecord",
     "RecordSource",
     "build_request",
+    "request_like",
 ]
 
 
@@ -388,6 +389,33 @@ def build_request(
         max_pending=max_pending if max_pending is not None else ref.max_pending,
         trace_context=_trace_context(),
         parent_job_id=parent_job_id,
+    )
+
+
+def request_like(template: EnqueueRequest, payload: dict[str, Any]) -> EnqueueRequest:
+    """A new job like ``template`` (a :func:`build_request` made with no per-job options)
+    carrying ``payload`` (already dumped by the actor).
+
+    ``enqueue_many`` of ``(actor, payload)`` pairs resolves each actor once and makes
+    every further item with this: a new id, the payload, fresh ``tags``/``metadata``
+    containers, the rest shared. The caller's trace context is the template's (one
+    batch, one span).
+    """
+    return EnqueueRequest(
+        job_id=new_job_id(),
+        actor=template.actor,
+        queue=template.queue,
+        payload=payload,
+        priority=template.priority,
+        singleton=template.singleton,
+        tags=[],
+        metadata=dict(template.metadata) if template.metadata else {},
+        max_attempts=template.max_attempts,
+        start_to_close_s=template.start_to_close_s,
+        unique_for=template.unique_for,
+        unique_states=template.unique_states,
+        max_pending=template.max_pending,
+        trace_context=template.trace_context,
     )
 
 

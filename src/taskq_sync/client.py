@@ -22,7 +22,14 @@ from sqlalchemy.engine import URL
 
 from taskq.actor import ActorRef, get_actor
 from taskq.exceptions import JobNotFoundError
-from taskq.records import EnqueueArgs, EnqueueOutcome, EnqueueRequest, JobRecord, build_request
+from taskq.records import (
+    EnqueueArgs,
+    EnqueueOutcome,
+    EnqueueRequest,
+    JobRecord,
+    build_request,
+    request_like,
+)
 from taskq.settings import TaskQSettings
 from taskq_sync.actor_config_ops import ActorsClient
 from taskq_sync.backends.base import Backend
@@ -120,6 +127,7 @@ class JobsClient:
         refs: list[ActorRef[Any, Any]] = []
         requests: list[EnqueueRequest] = []
         stc = self._default_stc
+        templates: dict[int, EnqueueRequest] = {}
         for item in items:
             if isinstance(item, EnqueueArgs):
                 ref = _resolve(item.actor)
@@ -127,7 +135,13 @@ class JobsClient:
             else:
                 actor, payload = item
                 ref = _resolve(actor)
-                request = build_request(ref, payload, default_start_to_close=stc)
+                template = templates.get(id(ref))
+                if template is None:
+                    request = templates[id(ref)] = build_request(
+                        ref, payload, default_start_to_close=stc
+                    )
+                else:
+                    request = request_like(template, ref.dump_payload(payload))
             refs.append(ref)
             requests.append(request)
         if not requests:
