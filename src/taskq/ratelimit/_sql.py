@@ -2,8 +2,9 @@
 
 On Postgres a token-bucket or GCRA acquire is ONE statement on an autocommit connection
 (:func:`taskq.db.queries.ratelimit.tb_take_pg`): the row lock it takes serialises
-concurrent acquirers, the maths runs in SQL on ``clock_timestamp()``, and there is no
-``BEGIN``/``COMMIT`` round trip. Everything else (SQLite, the sliding-window log, refunds)
+concurrent acquirers, the maths runs in SQL on ``clock_timestamp()``, there is no
+``BEGIN``/``COMMIT`` round trip, and the commit does not wait for a WAL flush (see the
+builders for why that is safe for rate-limit state). Everything else (SQLite, the sliding-window log, refunds)
 is one transaction: upsert-and-lock the bucket row (reading the store's clock in the same
 statement), decide with :mod:`taskq.ratelimit._algorithms`, write back. SQLite serialises
 on its write lock (``BEGIN IMMEDIATE``). GCRA keeps its theoretical arrival time as whole
@@ -16,9 +17,11 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
+import psycopg
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from taskq._acompat import ASYNC
 from taskq.db.dialect import translate_error
 from taskq.db.engine import transaction
 from taskq.db.queries import ratelimit as q
@@ -116,18 +119,51 @@ async def _pg_take(
     unless a concurrent first acquirer won the insert, in which case ``take`` runs again.
     """
     try:
-        async with ac.autocommit.connect() as conn:
-            row = (await conn.exec_driver_sql(*ac.statement(take, params))).first()
+        # Not ``async with``: its exit shields the close in a new task (two more event
+        # loop turns per acquire). The close does no I/O in the common case (the pool
+        # resets an idle autocommit connection locally), so it is not left half done.
+        conn = await ac.autocommit.connect()
+        try:
+            row = await _fetch_one(conn, *ac.statement(take, params))
             while row is None:
-                row = (await conn.exec_driver_sql(*ac.statement(first, params))).first()
+                row = await _fetch_one(conn, *ac.statement(first, params))
                 if row is None:
-                    row = (await conn.exec_driver_sql(*ac.statement(take, params))).first()
+                    row = await _fetch_one(conn, *ac.statement(take, params))
             return tuple(row)
+        finally:
+            await conn.close()
     except DBAPIError as exc:
         translated = translate_error(exc)
         if translated is exc:
             raise
         raise translated from exc
+
+
+async def _fetch_one(conn: AsyncConnection, sql: str, params: dict[str, Any]) -> Any:
+    """Run ``sql`` on the psycopg connection SQLAlchemy checked out for ``conn``; first row.
+
+    ``exec_driver_sql`` would build an execution context and a result wrapper per call
+    (in asyncio, through greenlet switches): about a third of an acquire's client time.
+    Errors come out as SQLAlchemy would raise them: a dead connection is handed back to
+    SQLAlchemy, which invalidates it and raises ``DBAPIError(connection_invalidated=True)``;
+    any other driver error is wrapped in its ``DBAPIError`` subclass.
+    """
+    if conn.dialect.driver != "psycopg":  # pragma: no cover - taskq always uses psycopg 3
+        return (await conn.exec_driver_sql(sql, params)).first()
+    driver: Any
+    if ASYNC:
+        sync_conn = conn.sync_connection
+        assert sync_conn is not None  # started by ``async with engine.connect()``
+        driver = sync_conn.connection.driver_connection
+    else:
+        driver = conn.connection.driver_connection
+    try:
+        cursor = await driver.execute(sql, params)
+        return await cursor.fetchone()
+    except psycopg.Error as exc:
+        if driver.closed or driver.broken:
+            await conn.exec_driver_sql(";")  # SQLAlchemy meets the dead connection: raises
+        raise DBAPIError.instance(sql, params, exc, psycopg.Error, dialect=conn.dialect) from exc
 
 
 async def sql_token_bucket(
@@ -146,7 +182,7 @@ async def sql_token_bucket(
     """
     if engine.dialect.name == "postgresql":
         params = {"p_name": name, "p_capacity": capacity, "p_refill": rate, "p_count": count}
-        allowed, cur, left = await _pg_take(
+        allowed, cur, left, _ = await _pg_take(
             pg_autocommit(pg, engine), q.tb_take_pg, q.tb_first_pg, params
         )
         if allowed:
@@ -195,7 +231,7 @@ async def sql_gcra(
             "p_step_rem": step_rem,
             "p_window_s": window_us / 1e6,
         }
-        allowed, value = await _pg_take(
+        allowed, value, _ = await _pg_take(
             pg_autocommit(pg, engine), q.gcra_take_pg, q.gcra_first_pg, params
         )
         if allowed:
