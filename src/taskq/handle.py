@@ -25,6 +25,18 @@ class JobHandle(Generic[R]):
     ``job_id`` work on them.
     """
 
+    # enqueue_many returns one handle per job: no per-instance __dict__.
+    __slots__ = (
+        "__weakref__",
+        "_backend",
+        "_bound",
+        "_record",
+        "deduplicated_onto_terminal",
+        "job_id",
+        "result_adapter",
+        "was_existing",
+    )
+
     def __init__(
         self,
         backend: Backend,

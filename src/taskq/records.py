@@ -33,6 +33,7 @@ __all__ = [
     "EnqueueArgs",
     "EnqueueOutcome",
     "EnqueueRequest",
+    "InsertedRecord",
     "JobRecord",
     "RecordSource",
     "build_request",
@@ -63,7 +64,7 @@ class EnqueueRequest:
     identity_key: str | None = None
     idempotency_key: str | None = None
     singleton: bool = False
-    tags: list[str] = field(default_factory=list)
+    tags: tuple[str, ...] = ()
     metadata: dict[str, Any] = field(default_factory=dict)
     max_attempts: int | None = None
     start_to_close_s: float | None = None
@@ -162,7 +163,7 @@ class JobRecord:
             identity_key=req.identity_key,
             idempotency_key=req.idempotency_key,
             singleton=req.singleton,
-            tags=req.tags,
+            tags=list(req.tags),
             metadata=req.metadata,
             error_class=None,
             error=None,
@@ -197,6 +198,37 @@ class AttemptRecord:
     def from_mapping(cls, row: Mapping[Any, Any]) -> AttemptRecord:
         """Build from a result row's mapping."""
         return cls(**{name: row[name] for name in cls.__dataclass_fields__})
+
+
+class InsertedRecord:
+    """A deferred :meth:`JobRecord.inserted`: call it for the record.
+
+    One small object per job instead of a ``functools.partial`` and its argument tuple:
+    an ``enqueue_many`` keeps one per job alive until its handles go, and every object
+    it keeps alive is work for the cyclic garbage collector.
+    """
+
+    __slots__ = ("created_at", "deadline_at", "request", "scheduled_at")
+
+    def __init__(
+        self,
+        request: EnqueueRequest,
+        scheduled_at: datetime,
+        deadline_at: datetime | None,
+        created_at: datetime,
+    ) -> None:
+        self.request = request
+        self.scheduled_at = scheduled_at
+        self.deadline_at = deadline_at
+        self.created_at = created_at
+
+    def __call__(self) -> JobRecord:
+        return JobRecord.inserted(
+            self.request,
+            scheduled_at=self.scheduled_at,
+            deadline_at=self.deadline_at,
+            created_at=self.created_at,
+        )
 
 
 RecordSource: TypeAlias = JobRecord | Callable[[], JobRecord]
@@ -345,7 +377,7 @@ def build_request(
         if not isinstance(scheduled_at, datetime) or scheduled_at.tzinfo is None:
             raise ValueError("scheduled_at must be an aware datetime")
         scheduled_at = scheduled_at.astimezone(UTC)
-    tag_list = list(tags) if tags else []
+    tag_list = tuple(tags) if tags else ()
     for tag in tag_list:
         _key(tag, "tag")
     meta = dict(metadata) if metadata else {}
@@ -397,8 +429,8 @@ def request_like(template: EnqueueRequest, payload: dict[str, Any]) -> EnqueueRe
     carrying ``payload`` (already dumped by the actor).
 
     ``enqueue_many`` of ``(actor, payload)`` pairs resolves each actor once and makes
-    every further item with this: a new id, the payload, fresh ``tags``/``metadata``
-    containers, the rest shared. The caller's trace context is the template's (one
+    every further item with this: a new id, the payload, a fresh ``metadata`` dict, the
+    rest shared. The caller's trace context is the template's (one
     batch, one span).
     """
     return EnqueueRequest(
@@ -408,7 +440,6 @@ def request_like(template: EnqueueRequest, payload: dict[str, Any]) -> EnqueueRe
         payload=payload,
         priority=template.priority,
         singleton=template.singleton,
-        tags=[],
         metadata=dict(template.metadata) if template.metadata else {},
         max_attempts=template.max_attempts,
         start_to_close_s=template.start_to_close_s,

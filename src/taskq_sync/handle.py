@@ -27,6 +27,17 @@ class JobHandle(Generic[R]):
     ``job_id`` work on them.
     """
 
+    __slots__ = (
+        "__weakref__",
+        "_backend",
+        "_bound",
+        "_record",
+        "deduplicated_onto_terminal",
+        "job_id",
+        "result_adapter",
+        "was_existing",
+    )
+
     def __init__(
         self,
         backend: Backend,

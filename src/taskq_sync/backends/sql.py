@@ -103,34 +103,44 @@ class SqlBackend:
         second failure, is raised.
         """
         rows: list[Any] = []
+        retried = False
         for attempt in (0, 1):
             try:
                 with self._autocommit.connect() as conn:
                     for actor in {req.actor for req in requests}:
                         if self._stored_max_pending(conn, actor) is not None:
                             return None
-                    sql = self._plain_sql(conn, skip_existing=attempt > 0)
+                    sql = self._plain_sql(conn, skip_existing=retried)
                     params = {"rows": q.rows_document(requests), "channel": self._channel}
                     rows = _execute_on_driver(conn, sql, params)
                 break
             except DBAPIError as exc:
                 if attempt == 0 and exc.connection_invalidated:
                     _log.warning("enqueue_retry_after_disconnect", jobs=len(requests))
+                    retried = True
                     continue
                 translated = translate_error(exc)
                 if translated is exc:
                     raise
                 raise translated from exc
-        records = q.inserted_records(requests, rows)
-        outcomes: list[EnqueueOutcome] = []
-        for req in requests:
-            source = records.get(req.job_id)
-            if source is None:
-                source = self.get_job(req.job_id)
-                if source is None:
-                    raise RuntimeError(f"job {req.job_id} was neither inserted nor found")
-            outcomes.append(EnqueueOutcome(source, job_id=req.job_id))
-        return outcomes
+        if retried:
+            found = self._read_back(requests)
+            return [EnqueueOutcome(found[req.job_id]) for req in requests]
+        sources = q.inserted_records(requests, rows[0])
+        return [
+            EnqueueOutcome(source, job_id=req.job_id)
+            for req, source in zip(requests, sources, strict=True)
+        ]
+
+    def _read_back(self, requests: Sequence[EnqueueRequest]) -> dict[UUID, JobRecord]:
+        """The rows of ``requests`` after a retried insert; each must exist."""
+        with transaction(self.engine, readonly=True) as conn:
+            result = conn.execute(q.get_many([req.job_id for req in requests]))
+            found = {row["id"]: JobRecord.from_mapping(row) for row in result.mappings().all()}
+        missing = [str(req.job_id) for req in requests if req.job_id not in found]
+        if missing:
+            raise RuntimeError(f"jobs {', '.join(missing)} were neither inserted nor found")
+        return found
 
     def _plain_sql(self, conn: Connection, *, skip_existing: bool) -> str:
         """:func:`q.insert_rows_sql` for this engine, remembered (it never changes)."""
@@ -154,10 +164,12 @@ class SqlBackend:
             for start in range(0, len(bulk), _ROWS_PER_STATEMENT):
                 chunk = [requests[i] for i in bulk[start : start + _ROWS_PER_STATEMENT]]
                 params = {"rows": q.rows_document(chunk), "channel": self._channel}
-                records = q.inserted_records(chunk, conn.exec_driver_sql(sql, params).all())
-                for i in bulk[start : start + _ROWS_PER_STATEMENT]:
-                    job_id = requests[i].job_id
-                    outcomes[i] = EnqueueOutcome(records[job_id], job_id=job_id)
+                row = conn.exec_driver_sql(sql, params).one()
+                sources = q.inserted_records(chunk, row)
+                for i, source in zip(
+                    bulk[start : start + _ROWS_PER_STATEMENT], sources, strict=True
+                ):
+                    outcomes[i] = EnqueueOutcome(source, job_id=requests[i].job_id)
         else:
             size = _CHUNK.get(self.dialect, 400)
             for start in range(0, len(bulk), size):

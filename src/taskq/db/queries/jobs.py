@@ -29,6 +29,7 @@ from sqlalchemy import (
     literal,
     literal_column,
     null,
+    or_,
     select,
     true,
     update,
@@ -40,7 +41,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from taskq.constants import ACTIVE_STATUSES
 from taskq.db import dialect as dialects
 from taskq.db.tables import actor_config, job_attempts, jobs
-from taskq.records import EnqueueRequest, JobRecord, RecordSource
+from taskq.records import EnqueueRequest, InsertedRecord, RecordSource
 
 __all__ = [
     "active_singleton",
@@ -49,6 +50,7 @@ __all__ = [
     "cancel",
     "count_pending",
     "get",
+    "get_many",
     "idempotent_match",
     "insert_jobs",
     "insert_rows_sql",
@@ -144,7 +146,7 @@ def job_params(req: EnqueueRequest) -> dict[str, Any]:
         "identity_key": req.identity_key,
         "idempotency_key": req.idempotency_key,
         "singleton": req.singleton,
-        "tags": req.tags,
+        "tags": list(req.tags),
         "metadata": req.metadata,
         "trace_context": req.trace_context,
         "start_to_close_s": req.start_to_close_s,
@@ -262,15 +264,26 @@ def _rows_insert(*, skip_existing: bool) -> Any:
     queues = select(inserted.c.queue).distinct().subquery("q")
     notified = select(func.pg_notify(bindparam("channel"), queues.c.queue).label("n")).cte("n")
     utc: ColumnElement[Any] = literal_column("'UTC'")
-    return select(
-        inserted.c.id,
-        # naive UTC: the client attaches the zone itself, cheaper than converting
-        # from the session's time zone once per row.
-        func.timezone(utc, inserted.c.scheduled_at).label("scheduled_at"),
-        func.timezone(utc, inserted.c.deadline_at).label("deadline_at"),
-        func.timezone(utc, inserted.c.created_at).label("created_at"),
-        select(func.count()).select_from(notified).scalar_subquery().label("notified"),
+    special = or_(
+        inserted.c.scheduled_at != inserted.c.created_at, inserted.c.deadline_at.is_not(None)
     )
+    # ONE result row, whatever the batch size: rows that start now with no deadline (the
+    # common case) are described by the shared clock reading alone; only the others are
+    # listed. Timestamps as naive UTC, the client attaches the zone.
+    return select(
+        func.count().label("inserted"),
+        func.min(func.timezone(utc, inserted.c.created_at)).label("now"),
+        func.jsonb_agg(
+            func.jsonb_build_array(
+                inserted.c.id,
+                func.timezone(utc, inserted.c.scheduled_at),
+                func.timezone(utc, inserted.c.deadline_at),
+            )
+        )
+        .filter(special)
+        .label("special"),
+        select(func.count()).select_from(notified).scalar_subquery().label("notified"),
+    ).select_from(inserted)
 
 
 def insert_rows_sql(
@@ -285,8 +298,10 @@ def insert_rows_sql(
 
     Parameters: ``rows`` (the document) and ``channel`` (``notify_channel(schema)``); the
     payload of each ``pg_notify`` is a queue name, once per distinct queue, delivered at
-    commit. Returns ``(id, scheduled_at, deadline_at, created_at, notified)`` per inserted
-    row, timestamps as naive UTC; every row shares one ``clock_timestamp()``. ``skip_existing`` adds
+    commit. Returns ONE row ``(inserted, now, special, notified)``: how many rows went in,
+    the one ``clock_timestamp()`` they all share (naive UTC), and for the rows whose
+    ``scheduled_at`` is not ``now`` or that have a deadline a JSON list of
+    ``[id, scheduled_at, deadline_at]`` (see :func:`inserted_records`). ``skip_existing`` adds
     ``ON CONFLICT (id) DO NOTHING``: the retry after a lost connection, where a row that
     the first attempt committed must not be inserted twice.
 
@@ -355,37 +370,43 @@ def rows_document(requests: Iterable[EnqueueRequest]) -> str:
     return to_json([_doc_row(req) for req in requests]).decode()
 
 
-def _aware(value: datetime | None) -> datetime | None:
-    return value.replace(tzinfo=UTC) if value is not None else None
+def _naive_utc(text: str | None) -> datetime | None:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC) if text is not None else None
 
 
-def _record_from_row(req: EnqueueRequest, row: Sequence[Any]) -> JobRecord:
-    _, scheduled_at, deadline_at, created_at, _ = row
-    created = created_at.replace(tzinfo=UTC)
-    return JobRecord.inserted(
-        req,
-        scheduled_at=created if scheduled_at == created_at else scheduled_at.replace(tzinfo=UTC),
-        deadline_at=_aware(deadline_at),
-        created_at=created,
-    )
+def inserted_records(requests: Sequence[EnqueueRequest], row: Sequence[Any]) -> list[RecordSource]:
+    """Job records, in request order, from the one row :func:`insert_rows_sql` returned.
 
-
-def inserted_records(
-    requests: Sequence[EnqueueRequest], rows: Iterable[Sequence[Any]]
-) -> dict[UUID, RecordSource]:
-    """Job records for the rows :func:`insert_rows_sql` returned, keyed by job id.
-
-    Only the server-computed columns travel back (as naive UTC); the rest is what was
-    just written, so each record equals a re-read of the fresh row without parsing the
-    payload again. Each is a factory, built only when read (see ``EnqueueOutcome``).
+    Only the server-computed timestamps travel back; the rest is what was just written,
+    so each record equals a re-read of the fresh row. Each is a factory, built only when
+    read (see ``EnqueueOutcome``). ``RuntimeError`` if the statement did not insert every
+    request (it cannot, short of ``skip_existing``, whose caller re-reads the rows).
     """
-    by_id = {req.job_id: req for req in requests}
-    return {row[0]: functools.partial(_record_from_row, by_id[row[0]], row) for row in rows}
+    inserted, now_naive, special, _ = row
+    if inserted != len(requests):
+        raise RuntimeError(f"inserted {inserted} of {len(requests)} jobs")
+    now = now_naive.replace(tzinfo=UTC)
+    times = {
+        job_id: (_naive_utc(scheduled_at), _naive_utc(deadline_at))
+        for job_id, scheduled_at, deadline_at in special or ()
+    }
+    out: list[RecordSource] = []
+    for req in requests:
+        scheduled_at = deadline_at = None
+        if times and (req.status == "scheduled" or req.schedule_to_close_s is not None):
+            scheduled_at, deadline_at = times.get(str(req.job_id), (None, None))
+        out.append(InsertedRecord(req, scheduled_at or now, deadline_at, now))
+    return out
 
 
 def get(job_id: UUID) -> Select[Any]:
     """One job row by id."""
     return select(jobs).where(jobs.c.id == job_id)
+
+
+def get_many(job_ids: Sequence[UUID]) -> Select[Any]:
+    """The rows of ``job_ids`` (in no particular order)."""
+    return select(jobs).where(jobs.c.id.in_(job_ids))
 
 
 def attempts(job_id: UUID) -> Select[Any]:
