@@ -72,8 +72,17 @@ def test_sync_enqueue_joins_the_callers_transaction(
         assert _count_sync(engine_url, "tx_actor") == 1
 
 
-def test_unique_for_is_single_flight_across_processes(pg_url: URL) -> None:
-    url = pg_url.render_as_string(hide_password=False)
+def test_unique_for_is_single_flight_across_processes(engine_url: str | URL) -> None:
+    """4 processes x 8 threads race one identity key: exactly one job is written.
+
+    Postgres serialises the check-then-insert with a transaction-scoped advisory lock;
+    SQLite with ``BEGIN IMMEDIATE`` (the write lock taken before the check).
+    """
+    url = (
+        engine_url.render_as_string(hide_password=False)
+        if isinstance(engine_url, URL)
+        else engine_url
+    )
     ctx = multiprocessing.get_context("spawn")
     manager = ctx.Manager()
     barrier = manager.Barrier(4)
@@ -84,4 +93,4 @@ def test_unique_for_is_single_flight_across_processes(pg_url: URL) -> None:
     assert len(results) == 32
     assert len({job_id for job_id, _ in results}) == 1
     assert sum(not existing for _, existing in results) == 1
-    assert _count_sync(pg_url, "race_unique_proc") == 1 + 4  # the race job plus 4 warm-ups
+    assert _count_sync(engine_url, "race_unique_proc") == 1 + 4  # the race job plus 4 warm-ups

@@ -152,3 +152,23 @@ def test_four_processes(pg_url: URL, redis_url: str, unique_name: str) -> None:
         won = list(pool.map(_procs.slots_worker, [pg] * 4, [unique_name] * 4, shares))
     assert len({pid for pid, _ in won}) == 4
     assert sorted(s for _, part in won for s in part) == [0, 1, 2]
+
+
+def test_four_processes_on_one_sqlite_file(sqlite_url: str, unique_name: str) -> None:
+    """The same 4-process race on the embedded engine: one SQLite file, the SQL bucket and
+    slots serialised by ``BEGIN IMMEDIATE`` across processes (not only across threads)."""
+    ctx = get_context("fork")
+    shares = [13, 13, 12, 12]
+    with ProcessPoolExecutor(
+        4, mp_context=ctx, initializer=_procs.init, initargs=(ctx.Barrier(4),)
+    ) as pool:
+        results = list(
+            pool.map(
+                _procs.bucket_worker, ["sqlite"] * 4, [sqlite_url] * 4, [unique_name] * 4, shares
+            )
+        )
+        assert len({pid for pid, _ in results}) == 4
+        assert sum(allowed for _, allowed in results) == 10
+        won = list(pool.map(_procs.slots_worker, [sqlite_url] * 4, [unique_name] * 4, shares))
+    assert len({pid for pid, _ in won}) == 4
+    assert sorted(s for _, part in won for s in part) == [0, 1, 2]

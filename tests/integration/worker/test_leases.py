@@ -88,6 +88,8 @@ async def test_sweep_reclaims_abandons_and_cancels_expired_rows(engine: AsyncEng
 async def test_isolate_self_stops_local_attempts_when_the_store_is_gone(
     pg_url: URL, settings: TaskQSettings
 ) -> None:
+    """Postgres only: "the store is gone" is a network server refusing connections; an
+    embedded SQLite file cannot become unreachable while the process runs."""
     engine = make_engine(pg_url, settings=settings)
     unreachable = make_engine("postgresql://postgres@127.0.0.1:1/nowhere", settings=settings)
     try:
