@@ -135,6 +135,27 @@ class MemoryLog:
         self._lock = threading.Lock()
         self._times: list[int] = []
 
+    def take(self, now_us: int, limit: int, window_us: int) -> tuple[bool, float, float]:
+        """Evict, count, record when allowed: ``(allowed, remaining, retry_us)``.
+
+        The acquire hot path: :meth:`step` with ``consume=True`` and
+        :func:`~taskq.ratelimit._algorithms.log_decide` inlined (same results).
+        """
+        with self._lock:
+            times = self._times
+            first_inside = bisect.bisect_right(times, now_us - window_us)
+            if first_inside:
+                del times[:first_inside]
+            inside = len(times)
+            if inside < limit:
+                if not times or times[-1] <= now_us:
+                    times.append(now_us)
+                else:  # the clock stepped backwards: keep the list sorted
+                    bisect.insort_right(times, now_us)
+                return True, float(limit - inside - 1), 0.0
+            wait = float(times[0] + window_us - now_us)
+            return False, 0.0, wait if wait > 0.0 else 0.0
+
     def step(
         self, now_us: int, *, limit: int, window_us: int, consume: bool
     ) -> tuple[bool, float, float, str | None]:

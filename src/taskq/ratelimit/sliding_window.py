@@ -168,10 +168,12 @@ class SlidingWindow:
                 if g.allowed:
                     return RateLimitDecision(True, g.remaining, ALLOWED_WAIT, self.name, "memory")
                 return decision(self.name, "memory", False, 0.0, g.retry_after_us)
-            ok, remaining, retry_us, rid = self._log.step(
-                now_us, limit=self.limit, window_us=self.window_us, consume=True
-            )
-            return decision(self.name, "memory", ok, remaining, retry_us, rid)
+            ok, remaining, retry_us = self._log.take(now_us, self.limit, self.window_us)
+            if ok:
+                return RateLimitDecision(
+                    True, remaining, ALLOWED_WAIT, self.name, "memory", str(uuid4())
+                )
+            return RateLimitDecision(False, 0.0, retry(retry_us), self.name, "memory")
         return await self._postgres(require_engine(pg_pool, self.name))
 
     async def refund(

@@ -16,9 +16,9 @@ from uuid import UUID
 
 from sqlalchemy import (
     BigInteger,
-    Boolean,
     Delete,
     Float,
+    Integer,
     Interval,
     Numeric,
     Select,
@@ -502,16 +502,24 @@ def tb_first_pg() -> Any:
     )
 
 
-def _gcra_step(
-    o: Any,
-) -> tuple[ColumnElement[Any], ColumnElement[Any], ColumnElement[Any], ColumnElement[Any]]:
-    """The GCRA of :func:`taskq.ratelimit._algorithms.gcra_step` in SQL, on ``numeric``.
+def gcra_take_pg() -> Update:
+    """GCRA: admit one request if the TAT allows it, advancing the TAT; one statement.
 
-    Returns ``(allowed, new_tat, new_rem, remaining_or_wait_us)`` expressions; the TAT is
-    ``tat + tokens / limit`` microseconds with the remainder kept in ``tokens``.
+    Parameters ``p_name``, ``p_limit``, ``p_window_us``, ``p_step_us``, ``p_step_rem``
+    (``divmod(window_us, limit)``), ``p_window_s``. Returns ``(allowed, value, _)``: the
+    requests that would still pass now when allowed, else the wait in microseconds. A
+    denied request leaves the state as it was. Zero rows: no row yet (see
+    :func:`gcra_first_pg`).
+
+    The maths is :func:`taskq.ratelimit._algorithms.gcra_step` on whole microseconds
+    counted from the locked ``now`` (``bigint``; products with ``limit`` in ``numeric``,
+    so nothing overflows or rounds). The TAT is ``tat + tokens / limit`` microseconds, the
+    remainder kept in ``tokens``. Each layer is computed once (``OFFSET 0`` keeps the
+    planner from inlining it into every use).
     """
-    limit = cast(bindparam("p_limit", type_=BigInteger()), Numeric())
-    window = cast(bindparam("p_window_us", type_=BigInteger()), Numeric())
+    o = _locked()
+    limit = bindparam("p_limit", type_=BigInteger())
+    window_us = bindparam("p_window_us", type_=BigInteger())
     step_us = bindparam("p_step_us", type_=BigInteger())
     step_rem = bindparam("p_step_rem", type_=BigInteger())
     rem = cast(o.c.tokens, BigInteger())
@@ -522,46 +530,59 @@ def _gcra_step(
         o.c.tat < o.c.now,
         and_(o.c.tat == o.c.now, rem == 0),
     )
-    base_t = case((fresh, o.c.now), else_=o.c.tat)
-    base_r = case((fresh, literal(0, BigInteger())), else_=rem)
-    carry = case((base_r + step_rem >= cast(limit, BigInteger()), 1), else_=0)
-    new_r = base_r + step_rem - carry * cast(limit, BigInteger())
-    new_t = _plus_us(base_t, step_us + carry)
-    # now - allow_at, allow_at = new_t - window:
-    since_allow = _us(o.c.now, new_t) + window
-    allowed = since_allow * limit >= new_r
-    remaining = func.greatest(0, func.div(since_allow * limit - new_r, window))
-    wait = -since_allow + case((new_r > 0, 1), else_=0)
-    return allowed, new_t, new_r, case((allowed, remaining), else_=wait)
-
-
-def gcra_take_pg() -> Update:
-    """GCRA: admit one request if the TAT allows it, advancing the TAT; one statement.
-
-    Parameters ``p_name``, ``p_limit``, ``p_window_us``, ``p_step_us``, ``p_step_rem``
-    (``divmod(window_us, limit)``), ``p_window_s``. Returns ``(allowed, value, _)``: the
-    requests that would still pass now when allowed, else the wait in microseconds. A
-    denied request leaves the state as it was. Zero rows: no row yet (see
-    :func:`gcra_first_pg`).
-    """
-    o = _locked()
-    allowed, new_t, new_r, value = _gcra_step(o)
-    limit = bindparam("p_limit", type_=BigInteger())
+    zero = literal(0, BigInteger())
+    base = (
+        select(
+            o.c.name,
+            o.c.now,
+            case((fresh, zero), else_=cast(_us(o.c.tat, o.c.now), BigInteger())).label("off"),
+            case((fresh, zero), else_=rem).label("rem"),
+        )
+        .offset(0)
+        .subquery("g0")
+    )
+    carry = cast(base.c.rem + step_rem >= limit, Integer())
+    step = (
+        select(
+            base.c.name,
+            base.c.now,
+            (base.c.rem + step_rem - carry * limit).label("new_rem"),
+            (base.c.off + step_us + carry).label("new_off"),  # new TAT - now
+        )
+        .offset(0)
+        .subquery("g1")
+    )
+    since_allow = cast(window_us - step.c.new_off, Numeric())  # now - (new TAT - window)
+    ok = since_allow * cast(limit, Numeric()) >= step.c.new_rem
+    remaining = func.greatest(
+        0, func.div(since_allow * cast(limit, Numeric()) - step.c.new_rem, window_us)
+    )
+    wait = -since_allow + cast(step.c.new_rem > 0, Integer())
+    decided = (
+        select(
+            step.c.name,
+            step.c.now,
+            step.c.new_off,
+            step.c.new_rem,
+            ok.label("ok"),
+            cast(case((ok, remaining), else_=wait), Float()).label("value"),
+        )
+        .offset(0)
+        .subquery("g2")
+    )
     return (
         update(rate_limit_buckets)
-        .where(_b.bucket_name == o.c.name)
+        .where(_b.bucket_name == decided.c.name)
         .values(
             kind="gcra",
             capacity=cast(limit, Float()),
-            refill_per_second=cast(limit, Float())
-            * 1e6
-            / cast(bindparam("p_window_us", type_=BigInteger()), Float()),
+            refill_per_second=cast(limit, Float()) * 1e6 / cast(window_us, Float()),
             window_s=bindparam("p_window_s", type_=Float()),
-            tat=case((allowed, new_t), else_=_b.tat),
-            tokens=case((allowed, cast(new_r, Float())), else_=_b.tokens),
-            updated_at=case((allowed, o.c.now), else_=_b.updated_at),
+            tat=case((decided.c.ok, _plus_us(decided.c.now, decided.c.new_off)), else_=_b.tat),
+            tokens=case((decided.c.ok, cast(decided.c.new_rem, Float())), else_=_b.tokens),
+            updated_at=case((decided.c.ok, decided.c.now), else_=_b.updated_at),
         )
-        .returning(type_coerce(allowed, Boolean()), cast(value, Float()), _async_commit())
+        .returning(decided.c.ok, decided.c.value, _async_commit())
     )
 
 
