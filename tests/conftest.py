@@ -116,7 +116,8 @@ def unique_name(request: pytest.FixtureRequest) -> str:
 # so `tests(engine='postgres')` + `tests(engine='sqlite')` run every test exactly once.
 # A test is bound to an engine when one of its parametrised fixtures took the value
 # "postgres"/"sqlite" (engine_url, and any fixture with params=["postgres", "sqlite"]), or
-# when it uses pg_url/pg_session_url (postgres) or sqlite_url/sqlite_template (sqlite).
+# when it uses pg_url/pg_session_url (postgres) or sqlite_url/sqlite_template (sqlite), or
+# when it is marked ``@pytest.mark.engine("sqlite")``.
 
 _ENGINES = ("postgres", "sqlite")
 _ENGINE_FIXTURES = {
@@ -142,8 +143,18 @@ def _selected_engines() -> set[str] | None:
     return chosen
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "engine(*names): the test runs on these SQL engines without taking one of the engine "
+        "fixtures (e.g. the quickstart on its default SQLite file)",
+    )
+
+
 def _item_engines(item: pytest.Item) -> set[str]:
     bound: set[str] = set()
+    for mark in item.iter_markers("engine"):
+        bound.update(str(name) for name in mark.args)
     callspec = getattr(item, "callspec", None)
     if callspec is not None:
         bound |= {v for v in callspec.params.values() if isinstance(v, str) and v in _ENGINES}

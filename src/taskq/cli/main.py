@@ -8,6 +8,7 @@ import click
 
 from taskq import __version__
 from taskq.cli.migrate import migrate
+from taskq.cli.quickstart import quickstart
 from taskq.cli.worker import worker
 
 
@@ -22,3 +23,4 @@ def main(verbose: int) -> None:
 
 main.add_command(migrate)
 main.add_command(worker)
+main.add_command(quickstart)

@@ -35,6 +35,7 @@ from taskq.db.queries import worker as wq
 from taskq.di import Container, ProviderRegistry
 from taskq.exceptions import ProgressTooLarge
 from taskq.settings import WorkerSettings
+from taskq.testing.clock import SystemClock
 from taskq.worker.cancel import CancelController
 from taskq.worker.dispatch import Dispatcher, run_sync_actor_tracked
 from taskq.worker.execute import AttemptEnv
@@ -93,6 +94,8 @@ class Worker:
         self._own_engine = engine is None
         self.engine = engine or make_engine(settings.effective_database_url, settings=settings)
         self._rl = rate_limit_registry
+        # Memory-backed rate limits read this clock (Redis and SQL ones use the store's).
+        self._clock = SystemClock()
         self._redis: Any = None
         self._queue_caps: dict[str, Any] = {}
         self._di = di_registry
@@ -176,6 +179,7 @@ class Worker:
                 worker_id=self.worker_id,
                 redis_client=self._redis,
                 pg_pool=self.engine,
+                clock=self._clock,
                 settings=self.settings,
             )
         except BaseException:
@@ -191,6 +195,7 @@ class Worker:
                 worker_id=self.worker_id,
                 redis_client=self._redis,
                 pg_pool=self.engine,
+                clock=self._clock,
                 settings=self.settings,
             )
         for reservation, slot in reversed(held):

@@ -1,0 +1,1 @@
+"""Runnable examples shipped with taskq (``python -m taskq.examples.quickstart``)."""
