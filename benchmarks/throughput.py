@@ -1,7 +1,9 @@
 """Worker throughput and pickup latency, printed as one table.
 
     python benchmarks/throughput.py                    # Postgres (TASKQ_BENCH_DATABASE_URL)
-    python benchmarks/throughput.py --engine sqlite    # the embedded engine
+    python benchmarks/throughput.py --engine sqlite    # the embedded engine, then Postgres
+                                                       # as the reference row (--no-reference
+                                                       # skips it)
 
 Measures, on a fresh database: no-op jobs/second drained by one worker process from a
 backlog (default 20,000), the same with two processes, and the median and p99 delay from
@@ -231,21 +233,31 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=200.0)
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--compare", type=Path, default=ROOT / "benchmarks" / "compare.json")
+    parser.add_argument(
+        "--no-reference",
+        action="store_true",
+        help="with --engine sqlite: do not add the Postgres row for comparison",
+    )
     args = parser.parse_args()
 
-    one = drain(args.engine, 1, args.backlog, args.concurrency)
-    two = drain(args.engine, 2, args.backlog, args.concurrency)
-    lat = latency(args.engine, args.rate, args.seconds, min(args.concurrency, 50))
-    rows: list[tuple[str, str, str, str, str, str]] = [
-        (
-            f"taskq ({args.engine})",
-            f"{one['drain']:,.0f}",
-            f"{two['drain']:,.0f}",
-            f"{lat['p50']:.1f}",
-            f"{lat['p99']:.1f}",
-            f"{one['enqueue']:,.0f}",
+    engines = [args.engine]
+    if args.engine == "sqlite" and not args.no_reference:
+        engines.append("postgres")
+    rows: list[tuple[str, str, str, str, str, str]] = []
+    for engine_kind in engines:
+        one = drain(engine_kind, 1, args.backlog, args.concurrency)
+        two = drain(engine_kind, 2, args.backlog, args.concurrency)
+        lat = latency(engine_kind, args.rate, args.seconds, min(args.concurrency, 50))
+        rows.append(
+            (
+                f"taskq ({engine_kind})",
+                f"{one['drain']:,.0f}",
+                f"{two['drain']:,.0f}",
+                f"{lat['p50']:.1f}",
+                f"{lat['p99']:.1f}",
+                f"{one['enqueue']:,.0f}",
+            )
         )
-    ]
     if args.compare.exists() and args.engine == "postgres":
         for name, data in json.loads(args.compare.read_text()).items():
             rows.append(
@@ -265,7 +277,10 @@ def main() -> None:
     print("-+-".join("-" * w for w in widths))
     for row in rows:
         print(" | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
-    print(f"backlog={args.backlog} concurrency={args.concurrency} cores={os.cpu_count()}")
+    print(
+        f"backlog={args.backlog} concurrency={args.concurrency} cores={os.cpu_count()} "
+        f"taskq drain = median of {args.repeat} runs; comparison rows from {args.compare.name}"
+    )
 
 
 if __name__ == "__main__":
