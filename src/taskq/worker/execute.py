@@ -11,6 +11,7 @@ import asyncio
 import random
 import traceback as tb
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -31,7 +32,10 @@ _TRACEBACK_LIMIT = 4000
 class AttemptEnv:
     """What an attempt needs from its worker, injected so this module stays I/O-free.
 
-    ``run_sync`` runs a sync actor's call in a tracked thread; ``kwargs_for`` resolves DI;
+    ``run_sync`` runs a sync actor's call in a tracked thread; ``dependencies`` opens the
+    attempt's DI scope (an async context manager yielding the loop-resolved keyword
+    arguments; TRANSIENT instances live until it closes); ``thread_kwargs`` builds a sync
+    actor's THREAD-scoped arguments on the actor's own thread;
     ``acquire``/``release`` wrap the rate-limit registry (``None`` when no actor needs it);
     ``progress_sink`` builds a job's progress sink; ``sub_jobs`` is ``ctx.jobs``.
     """
@@ -40,7 +44,8 @@ class AttemptEnv:
         self,
         *,
         run_sync: Callable[[RunningJob, Callable[[], Any]], Awaitable[Any]],
-        kwargs_for: Callable[[RunningJob], Awaitable[dict[str, object]]],
+        dependencies: Callable[[RunningJob], AbstractAsyncContextManager[dict[str, object]]],
+        thread_kwargs: Callable[[RunningJob], dict[str, object]],
         acquire: Callable[[RunningJob, Any], Awaitable[Any]] | None,
         release: Callable[[Any], Awaitable[None]] | None,
         progress_sink: Callable[[RunningJob], Any] | None,
@@ -50,7 +55,8 @@ class AttemptEnv:
         hold_s: Callable[[], float],
     ) -> None:
         self.run_sync = run_sync
-        self.kwargs_for = kwargs_for
+        self.dependencies = dependencies
+        self.thread_kwargs = thread_kwargs
         self.acquire = acquire
         self.release = release
         self.progress_sink = progress_sink
@@ -101,12 +107,22 @@ def _build_ctx(job: RunningJob, payload: Any, env: AttemptEnv) -> JobContext[Any
 
 async def _invoke(job: RunningJob, payload: Any, env: AttemptEnv) -> Any:
     ref = job.ref
-    deps = await env.kwargs_for(job) if ref.dependencies else {}
     args: tuple[Any, ...] = (payload, job.ctx) if ref.wants_ctx else (payload,)
-    if ref.is_sync:
-        fn = ref.fn
-        return await env.run_sync(job, lambda: fn(*args, **deps))
-    return await ref.fn(*args, **deps)
+    if not ref.dependencies:
+        if ref.is_sync:
+            fn = ref.fn
+            return await env.run_sync(job, lambda: fn(*args))
+        return await ref.fn(*args)
+    async with env.dependencies(job) as deps:
+        if ref.is_sync:
+            fn = ref.fn
+
+            def call() -> Any:
+                # THREAD-scoped instances are built here, on the actor's own thread.
+                return fn(*args, **{**deps, **env.thread_kwargs(job)})
+
+            return await env.run_sync(job, call)
+        return await ref.fn(*args, **deps)
 
 
 async def execute(job: RunningJob, env: AttemptEnv) -> Outcome:

@@ -17,7 +17,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any
 from uuid import UUID
 
@@ -32,8 +32,8 @@ from taskq.actor_config_ops import sync_actor_config
 from taskq.db.dialect import async_url
 from taskq.db.engine import make_engine, transaction
 from taskq.db.queries import worker as wq
-from taskq.di import Container, ProviderRegistry
-from taskq.exceptions import ProgressTooLarge
+from taskq.di import Container, ProviderRegistry, Scope
+from taskq.exceptions import MissingProvider, ProgressTooLarge
 from taskq.settings import WorkerSettings
 from taskq.testing.clock import SystemClock
 from taskq.worker.cancel import CancelController
@@ -50,6 +50,11 @@ __all__ = ["Worker", "configure_logging", "resolve_actors", "worker_main"]
 
 _log = structlog.get_logger("taskq.worker")
 _CANCEL_POLL_S = 0.5
+
+
+def _scope_of(registry: ProviderRegistry, dep: type[object]) -> Scope | None:
+    provider = registry.get(dep)
+    return provider.scope if provider is not None else None
 
 
 def resolve_actors(
@@ -138,7 +143,8 @@ class Worker:
     def _env(self, dispatcher: Dispatcher) -> AttemptEnv:
         return AttemptEnv(
             run_sync=lambda job, call: run_sync_actor_tracked(job, call, dispatcher.executor),
-            kwargs_for=self._kwargs_for,
+            dependencies=self._dependencies,
+            thread_kwargs=self._thread_kwargs,
             acquire=None,
             release=None,
             progress_sink=self._progress_sink,
@@ -156,11 +162,28 @@ class Worker:
             return None
         return JobsClient(SqlBackend(self.engine, settings=self.settings), settings=self.settings)
 
-    async def _kwargs_for(self, job: RunningJob) -> dict[str, object]:
-        if self._container is None:
+    @contextlib.asynccontextmanager
+    async def _dependencies(self, job: RunningJob) -> AsyncIterator[dict[str, object]]:
+        """The attempt's DI scope: loop-side arguments, TRANSIENT ones torn down at exit."""
+        if self._container is None or self._di is None:
             raise RuntimeError(f"actor {job.ref.name!r} declares dependencies but no di_registry")
+        thread_scoped = {
+            name
+            for name, dep in job.ref.dependencies.items()
+            if job.ref.is_sync and _scope_of(self._di, dep) is Scope.THREAD
+        }
         async with self._container.invocation() as inv:
-            return await inv.kwargs_for(job.ref)
+            kwargs = {
+                name: await self._container.resolve(dep, _transient=inv.stack)
+                for name, dep in job.ref.dependencies.items()
+                if name not in thread_scoped
+            }
+            yield kwargs
+
+    def _thread_kwargs(self, job: RunningJob) -> dict[str, object]:
+        if self._container is None:
+            return {}
+        return self._container.thread_kwargs_for(job.ref)
 
     async def _acquire(self, job: RunningJob, payload: Any) -> Any:
         """Queue cap slot first, then the actor's reservations and rate limits, in order."""
@@ -252,6 +275,7 @@ class Worker:
             row.actor: row.result_ttl.total_seconds() if row.result_ttl is not None else None
             for row in rows
         }
+        self._check_dependencies()
         if self._di is not None:
             self._container = self._di.container()
         await self._bootstrap_rate_limits()
@@ -262,6 +286,32 @@ class Worker:
             actors=sorted(self.actors),
             pid=os.getpid(),
         )
+
+    def _check_dependencies(self) -> None:
+        """Fail the boot (not the first job) when an actor's dependency has no provider.
+
+        An unsealed registry is validated (and sealed) here. A sync actor declaring a
+        LOOP-scoped dependency gets a WARNING: loop-bound clients are not thread-safe.
+        """
+        needy = [ref for ref in self.actors.values() if ref.dependencies]
+        if self._di is None:
+            if needy:
+                dep = next(iter(needy[0].dependencies.values()))
+                raise MissingProvider(dep, needy[0].name)
+            return
+        if not self._di.sealed:
+            self._di.validate(actors=self.actors.values())
+        for ref in needy:
+            for name, dep in ref.dependencies.items():
+                if _scope_of(self._di, dep) is None:
+                    raise MissingProvider(dep, ref.name)
+                if ref.is_sync and _scope_of(self._di, dep) is Scope.LOOP:
+                    self._log.warning(
+                        "worker-sync-actor-loop-dependency",
+                        actor=ref.name,
+                        parameter=name,
+                        dependency=dep.__qualname__,
+                    )
 
     async def _bootstrap_rate_limits(self) -> None:
         """Register actor-declared primitives, sync their slots, and set up queue caps.

@@ -155,6 +155,25 @@ class Counter:
         self.calls = 0
 
 
+class Session:
+    """A TRANSIENT dependency: one per invocation, closed when the invocation ends."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class ThreadLocalClient:
+    """A THREAD dependency: built on the thread that uses it."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.thread = threading.get_ident()
+
+
 HOOK_CALLS: list[tuple[str, Any]] = []
 
 
@@ -171,6 +190,16 @@ def with_dependency(payload: Echo, ctx: JobContext[Echo], *, counter: Counter) -
     """A sync actor with a DI dependency (resolved on the loop, used in the thread)."""
     counter.calls += 1
     return EchoResult(doubled=payload.value * 2)
+
+
+@actor(name="e2e_scoped")
+def scoped(payload: Echo, *, session: Session, client: ThreadLocalClient) -> EchoResult:
+    """Checks its TRANSIENT dependency is still open and its THREAD one is this thread's."""
+    import threading
+
+    assert not session.closed
+    assert client.thread == threading.get_ident()
+    return EchoResult(doubled=payload.value)
 
 
 @actor(name="e2e_progress", on_success=_on_success, result_ttl=timedelta(milliseconds=300))

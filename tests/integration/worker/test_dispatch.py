@@ -23,7 +23,10 @@ from tests.support.workers import running_worker, wait_until, worker_settings
 
 ACTORS = {
     **basic.registry,
-    **{r.name: r for r in (basic.with_dependency, basic.with_progress, basic.exhausts)},
+    **{
+        r.name: r
+        for r in (basic.with_dependency, basic.with_progress, basic.exhausts, basic.scoped)
+    },
 }
 
 
@@ -143,14 +146,19 @@ async def test_sync_actor_with_di_progress_hooks_and_result_ttl(
     counter = basic.Counter()
     providers = ProviderRegistry()
     providers.register_value(basic.Counter, Scope.PROCESS, counter)
-    providers.validate(actors=[basic.with_dependency])
+    providers.register_class(basic.Session, Scope.TRANSIENT)
+    providers.register_class(basic.ThreadLocalClient, Scope.THREAD)
+    providers.validate(actors=[basic.with_dependency, basic.scoped])
     basic.HOOK_CALLS.clear()
     di_job = await client.enqueue(basic.with_dependency, basic.Echo(value=21))
     progress_job = await client.enqueue(basic.with_progress, basic.Echo(value=7))
     exhausted = await client.enqueue(basic.exhausts, basic.Empty())
+    scoped = await client.enqueue(basic.scoped, basic.Echo(value=3))
     settings = worker_settings(engine_url, sweep_interval=0.2, heartbeat_interval=0.2)
     async with running_worker(settings, ACTORS, di_registry=providers):
         await wait_until(lambda: _status(engine, di_job.job_id, "succeeded"))
+        await wait_until(lambda: _status(engine, scoped.job_id, "succeeded", "failed"))
+        assert (await _row(engine, scoped.job_id)).status == "succeeded"
         await wait_until(lambda: _status(engine, exhausted.job_id, "failed"))
         await wait_until(lambda: _status(engine, progress_job.job_id, "succeeded"))
         row = await _row(engine, progress_job.job_id)
@@ -172,3 +180,17 @@ async def _result_gone(engine: AsyncEngine, job_id: Any) -> bool:
 
 async def _hooks_called(n: int) -> bool:
     return len(basic.HOOK_CALLS) >= n
+
+
+async def test_a_missing_provider_fails_the_boot(engine_url: str | URL) -> None:
+    from taskq.exceptions import MissingProvider
+    from taskq.worker.run import Worker
+
+    worker = Worker(
+        settings=worker_settings(engine_url),
+        actors={basic.with_dependency.name: basic.with_dependency},
+        hard_exit=False,
+    )
+    with pytest.raises(MissingProvider):
+        await worker.run()
+    await worker.engine.dispose()
