@@ -1,0 +1,99 @@
+"""Worker pieces that need no database: shutdown state, attempt bookkeeping, decisions."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import uuid4
+
+import pytest
+
+from taskq.exceptions import ScheduleToCloseTimeout, Snooze
+from taskq.worker.execute import _failure
+from taskq.worker.run import resolve_actors
+from taskq.worker.shutdown import Phase, ShutdownState
+from taskq.worker.state import Outcome, RunningJob
+from tests.e2e.apps import basic
+
+
+def _job(ref: Any = basic.control, **row: Any) -> RunningJob:
+    base = {
+        "id": uuid4(),
+        "actor": ref.name,
+        "queue": "default",
+        "payload": {"kind": "ok"},
+        "attempt": 1,
+        "budget_used": 0,
+        "max_attempts": None,
+        "created_at": datetime.now(UTC),
+        "deadline_at": None,
+        "schedule_to_close_s": None,
+    }
+    base.update(row)
+    return RunningJob(row=base, ref=ref, worker_id=uuid4())
+
+
+async def test_first_signal_starts_later_signals_escalate() -> None:
+    state = ShutdownState()
+    state.signal("SIGTERM")
+    assert state.requested.is_set()
+    assert not state.escalate.is_set()
+    state.enter(Phase.CANCELLING)
+    state.signal("SIGTERM")
+    assert state.escalate.is_set()
+    state.enter(Phase.FORCING)
+    assert not state.escalate.is_set()  # each phase re-arms it
+    state.enter(Phase.CANCELLING)  # never backwards
+    assert state.phase is Phase.FORCING
+
+
+async def test_wait_phase_returns_on_escalation() -> None:
+    state = ShutdownState()
+    changed = asyncio.Event()
+    asyncio.get_running_loop().call_later(0.01, state.signal, "second")
+    state.signal("first")
+    await state.wait_phase(lambda: False, 30.0, changed)
+    assert state.escalate.is_set()
+
+
+def test_job_cancel_wins_over_shutdown() -> None:
+    job = _job()
+    job.request_cancel("shutdown")
+    assert job.cancel_reason == "shutdown"
+    job.request_cancel("job")
+    assert job.cancel_reason == "job"
+    job.request_cancel("shutdown")
+    assert job.cancel_reason == "job"
+    assert job.abort_flag.is_set()
+    assert job.cancel_event.is_set()
+
+
+def test_outcome_row_status() -> None:
+    job = _job()
+    assert Outcome(job, "retry", "retried").row_status == "scheduled"
+    assert Outcome(job, "snooze", "snoozed").row_status == "scheduled"
+    assert Outcome(job, "release", "retried").row_status == "pending"
+    assert Outcome(job, "release", "retried", hold_s=3.0).row_status == "scheduled"
+    assert Outcome(job, "succeeded", "succeeded").row_status == "succeeded"
+
+
+def test_failure_decisions() -> None:
+    retried = _failure(_job(), ValueError("x"), False)
+    assert (retried.kind, retried.budget, retried.error_class) == ("retry", 1, "ValueError")
+    assert retried.traceback is not None and "ValueError" in retried.traceback
+    # A per-job max_attempts tighter than the policy's ends it sooner.
+    assert _failure(_job(max_attempts=1), ValueError("x"), False).kind == "failed"
+    snoozed = _failure(_job(), Snooze(timedelta(seconds=3)), False)
+    assert (snoozed.kind, snoozed.budget, snoozed.delay_s) == ("snooze", 0, 3.0)
+    past = datetime.now(UTC) + timedelta(milliseconds=1)
+    assert _failure(_job(deadline_at=past), ValueError("x"), False).kind == "failed"
+    job = _job()
+    assert _failure(job, ScheduleToCloseTimeout("a", job.id), False).kind == "failed"
+
+
+def test_resolve_actors_accepts_mappings_and_lists() -> None:
+    assert resolve_actors([basic.noop]) == {"e2e_noop": basic.noop}
+    assert resolve_actors({"x": basic.echo}) == {"e2e_echo": basic.echo}
+    with pytest.raises(TypeError):
+        resolve_actors(["not an actor"])  # type: ignore[list-item]
