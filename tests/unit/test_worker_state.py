@@ -81,7 +81,8 @@ def test_outcome_row_status() -> None:
 def test_failure_decisions() -> None:
     retried = _failure(_job(), ValueError("x"), False)
     assert (retried.kind, retried.budget, retried.error_class) == ("retry", 1, "ValueError")
-    assert retried.traceback is not None and "ValueError" in retried.traceback
+    assert retried.traceback is not None
+    assert "ValueError" in retried.traceback
     # A per-job max_attempts tighter than the policy's ends it sooner.
     assert _failure(_job(max_attempts=1), ValueError("x"), False).kind == "failed"
     snoozed = _failure(_job(), Snooze(timedelta(seconds=3)), False)
