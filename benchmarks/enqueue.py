@@ -3,7 +3,8 @@
 Usage::
 
     python benchmarks/enqueue.py [--url postgresql://postgres@127.0.0.1:5432/postgres]
-                                 [-n 2000] [--batches 20] [--rounds 3] [--no-peers]
+                                 [-n 1000] [--batches 10] [--rounds 5] [--no-peers]
+                                 [--gc-freeze]
 
 Measures, on one Postgres server in one run:
 
@@ -158,9 +159,9 @@ def main() -> None:
     """Run the rounds and print the table (jobs/second, best and median round)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
-    parser.add_argument("-n", type=int, default=2000, help="single enqueues per round")
-    parser.add_argument("--batches", type=int, default=20, help="batches of 1,000 per round")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("-n", type=int, default=1000, help="single enqueues per round")
+    parser.add_argument("--batches", type=int, default=10, help="batches of 1,000 per round")
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--no-peers", action="store_true", help="measure taskq only")
     parser.add_argument("--gc-freeze", action="store_true", help="gc.freeze() after imports")
     args = parser.parse_args()
