@@ -6,7 +6,13 @@ trivial script from redis-py (sync and asyncio, one connection), and the ``limit
 library's moving-window ``hit()`` (installed with ``redis<8`` into a throwaway venv the
 benchmark creates; shown as n/a when that cannot be installed).
 
-    python benchmarks/ratelimit.py [--seconds 1.5]
+On a shared machine one long measurement per cell mostly measures the neighbours, so
+each cell is measured in ``--rounds`` short slices, interleaved with the raw baseline
+(raw, cell, raw, cell, ...) and the best slice of each is reported: the raw rate and the
+cell it is compared with see the same moments of load. The table ends with the issue's
+targets, each marked met or not, and the load average the run saw.
+
+    python benchmarks/ratelimit.py [--seconds 1.5] [--rounds 5]
 
 Redis: ``TASKQ_REDIS_URL`` (default ``redis://127.0.0.1:6379/0``). Postgres:
 ``TASKQ_BENCH_DATABASE_URL`` (default: a ``taskq_bench`` database on the local server,
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import subprocess
 import sys
@@ -50,7 +57,7 @@ BIG = 1e12
 
 
 def rate_sync(fn: Callable[[], Any], seconds: float) -> float:
-    for _ in range(50):
+    for _ in range(20):
         fn()
     n, start = 0, time.perf_counter()
     deadline = start + seconds
@@ -64,7 +71,7 @@ def rate_sync(fn: Callable[[], Any], seconds: float) -> float:
 
 
 async def rate_async(fn: Callable[[], Awaitable[Any]], seconds: float) -> float:
-    for _ in range(50):
+    for _ in range(20):
         await fn()
     n, start = 0, time.perf_counter()
     deadline = start + seconds
@@ -158,75 +165,149 @@ print(n / (time.perf_counter() - start))
         return None
 
 
+RAW = ("raw EVALSHA (trivial script)", "redis")
+BACKENDS = ("redis", "postgres", "memory")
+
+
+def paired(key: tuple[str, str]) -> tuple[str, str]:
+    """Where the raw EVALSHA slices measured next to a Redis cell are kept.
+
+    Each Redis cell is compared with the best of ITS OWN neighbouring raw slices (as
+    many as the cell has), never with the best raw slice of the whole run, which would
+    be the best of many more samples and so biased upwards.
+    """
+    return (key[0], "raw")
+
+
 async def async_rows(
-    seconds: float, settings: TaskQSettings, pg_url: str
+    seconds: float, rounds: int, settings: TaskQSettings, pg_url: str
 ) -> dict[tuple[str, str], float]:
-    rows: dict[tuple[str, str], float] = {}
+    """Best-slice acquires/s of every cell from one asyncio client, raw EVALSHA interleaved."""
     client = aredis.Redis.from_url(REDIS_URL)
     sha = await client.script_load(TRIVIAL)
-    rows[("raw EVALSHA (trivial script)", "redis")] = await rate_async(
-        lambda: client.evalsha(sha, 0), seconds
-    )
     clock = FakeClock(datetime(2025, 1, 1, tzinfo=UTC))
     engine = make_async_engine(pg_url, settings=settings)
-    for backend, kw in (
-        ("redis", {"redis_client": client, "settings": settings}),
-        ("postgres", {"pg_pool": engine, "settings": settings}),
-        ("memory", {"clock": clock}),
-    ):
-        for label, prim in primitives(arl, backend).items():
-            rows[(label, backend)] = await rate_async(lambda p=prim, k=kw: p.acquire(**k), seconds)
-            await prim.reset(**({} if backend == "memory" else kw))
+    kws: dict[str, dict[str, Any]] = {
+        "redis": {"redis_client": client, "settings": settings},
+        "postgres": {"pg_pool": engine, "settings": settings},
+        "memory": {"clock": clock},
+    }
+    cells = {
+        (label, backend): (prim, kws[backend])
+        for backend in BACKENDS
+        for label, prim in primitives(arl, backend).items()
+    }
+    rows: dict[tuple[str, str], float] = {}
+    slice_s = seconds / rounds
+    for _ in range(rounds):
+        for key, (prim, kw) in cells.items():
+            if key[1] == "redis":
+                raw = await rate_async(lambda: client.evalsha(sha, 0), slice_s)
+                rows[paired(key)] = max(rows.get(paired(key), 0.0), raw)
+            rate = await rate_async(functools.partial(prim.acquire, **kw), slice_s)
+            rows[key] = max(rows.get(key, 0.0), rate)
+    rows[RAW] = max(rate for key, rate in rows.items() if key[1] == "raw")
+    for (_, backend), (prim, kw) in cells.items():
+        await prim.reset(**({} if backend == "memory" else kw))
     await engine.dispose()
     await client.aclose()
     return rows
 
 
-def sync_rows(seconds: float, settings: TaskQSettings, pg_url: str) -> dict[tuple[str, str], float]:
-    rows: dict[tuple[str, str], float] = {}
+def sync_rows(
+    seconds: float, rounds: int, settings: TaskQSettings, pg_url: str
+) -> dict[tuple[str, str], float]:
+    """Best-slice acquires/s of every cell from one blocking client, raw EVALSHA interleaved."""
     client = redis.Redis.from_url(REDIS_URL)
     sha = client.script_load(TRIVIAL)
-    rows[("raw EVALSHA (trivial script)", "redis")] = rate_sync(
-        lambda: client.evalsha(sha, 0), seconds
-    )
     clock = FakeClock(datetime(2025, 1, 1, tzinfo=UTC))
     engine = make_sync_engine(pg_url, settings=settings)
-    for backend, kw in (
-        ("redis", {"redis_client": client, "settings": settings}),
-        ("postgres", {"pg_pool": engine, "settings": settings}),
-        ("memory", {"clock": clock}),
-    ):
-        for label, prim in primitives(srl, backend).items():
-            rows[(label, backend)] = rate_sync(lambda p=prim, k=kw: p.acquire(**k), seconds)
-            prim.reset(**({} if backend == "memory" else kw))
+    kws: dict[str, dict[str, Any]] = {
+        "redis": {"redis_client": client, "settings": settings},
+        "postgres": {"pg_pool": engine, "settings": settings},
+        "memory": {"clock": clock},
+    }
+    cells = {
+        (label, backend): (prim, kws[backend])
+        for backend in BACKENDS
+        for label, prim in primitives(srl, backend).items()
+    }
+    rows: dict[tuple[str, str], float] = {}
+    slice_s = seconds / rounds
+    for _ in range(rounds):
+        for key, (prim, kw) in cells.items():
+            if key[1] == "redis":
+                raw = rate_sync(lambda: client.evalsha(sha, 0), slice_s)
+                rows[paired(key)] = max(rows.get(paired(key), 0.0), raw)
+            rate = rate_sync(functools.partial(prim.acquire, **kw), slice_s)
+            rows[key] = max(rows.get(key, 0.0), rate)
+    rows[RAW] = max(rate for key, rate in rows.items() if key[1] == "raw")
+    for (_, backend), (prim, kw) in cells.items():
+        prim.reset(**({} if backend == "memory" else kw))
     engine.dispose()
     client.close()
     return rows
 
 
+def targets(
+    a: dict[tuple[str, str], float], s: dict[tuple[str, str], float], lim: float | None
+) -> list[tuple[str, bool | None]]:
+    """The issue's performance targets, each with whether this run met it (None: n/a)."""
+    out: list[tuple[str, bool | None]] = []
+    for label in ("token bucket", "gcra"):
+        for mode, rows in (("async", a), ("sync", s)):
+            ratio = rows[(label, "redis")] / rows[paired((label, "redis"))]
+            out.append((f"redis {label} {mode} >= 90% of raw EVALSHA ({ratio:.0%})", ratio >= 0.9))
+    if lim:
+        x = s[("token bucket", "redis")] / lim
+        out.append((f"redis token bucket sync >= 1.5x limits ({x:.2f}x)", x >= 1.5))
+    else:
+        out.append(("redis token bucket sync >= 1.5x limits (limits n/a)", None))
+    for mode, rows in (("async", a), ("sync", s)):
+        low = min(rows[(label, "memory")] for label in ("token bucket", "gcra", "log"))
+        out.append((f"memory >= 150,000/s {mode} (lowest {low:,.0f})", low >= 150_000))
+        pg = rows[("token bucket", "postgres")]
+        out.append((f"postgres token bucket >= 2,000/s {mode} ({pg:,.0f})", pg >= 2_000))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=1.5, help="measuring time per cell")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved slices per cell")
     parser.add_argument("--no-limits", action="store_true", help="skip the limits comparison")
     args = parser.parse_args()
     settings = TaskQSettings.load(database_url=None, redis_url=None)
     pg_url = ensure_pg(settings)
-    a = asyncio.run(async_rows(args.seconds, settings, pg_url))
-    s = sync_rows(args.seconds, settings, pg_url)
-    lim = None if args.no_limits else limits_rate(args.seconds)
-    raw_a, raw_s = (
-        a[("raw EVALSHA (trivial script)", "redis")],
-        s[("raw EVALSHA (trivial script)", "redis")],
-    )
+    load_before = os.getloadavg()
+    a = asyncio.run(async_rows(args.seconds, args.rounds, settings, pg_url))
+    s = sync_rows(args.seconds, args.rounds, settings, pg_url)
+    lim = None
+    if not args.no_limits:
+        runs = [limits_rate(args.seconds / args.rounds) for _ in range(args.rounds)]
+        done = [r for r in runs if r is not None]
+        lim = max(done) if done else None
+    load_after = os.getloadavg()
     print(f"{'primitive':<30} {'backend':<9} {'async/s':>10} {'sync/s':>10} {'vs raw (a/s)':>14}")
-    for key in a:
+    keys = [RAW, *(k for k in a if k != RAW and k[1] != "raw")]
+    for key in keys:
         label, backend = key
-        ratio = f"{a[key] / raw_a:5.0%}/{s[key] / raw_s:4.0%}" if backend == "redis" else ""
+        ratio = ""
+        if backend == "redis":
+            pa, ps = (RAW, RAW) if key == RAW else (paired(key), paired(key))
+            ratio = f"{a[key] / a[pa]:5.0%}/{s[key] / s[ps]:4.0%}"
         print(f"{label:<30} {backend:<9} {a[key]:>10,.0f} {s[key]:>10,.0f} {ratio:>14}")
     lim_text = "n/a" if lim is None else f"{lim:,.0f}"
     print(f"{'limits moving-window hit()':<30} {'redis':<9} {'':>10} {lim_text:>10}")
     if lim:
         print(f"taskq sync token bucket / limits: {s[('token bucket', 'redis')] / lim:.2f}x")
+    print(
+        f"best of {args.rounds} slices per cell, each Redis cell vs its own interleaved raw "
+        f"slices (raw row: best of all); load average (1 min) "
+        f"{load_before[0]:.2f} before, {load_after[0]:.2f} after, on {os.cpu_count()} CPUs"
+    )
+    for target, met in targets(a, s, lim):
+        print(f"  [{'met' if met else 'n/a' if met is None else 'MISSED'}] {target}")
 
 
 if __name__ == "__main__":

@@ -72,18 +72,19 @@ if elapsed < 0 then elapsed = 0 end
 local cur = math.min(cap, tokens + elapsed * rate / 1000000)
 if now > ts then ts = now end
 if mode == 'refund' then
-  cur = math.min(cap, cur + count)
-  redis.call('HSET', KEYS[1], 't', fmt('%.17g', cur), 's', fmt('%d', ts))
+  local v = fmt('%.17g', math.min(cap, cur + count))
+  redis.call('HSET', KEYS[1], 't', v, 's', fmt('%d', ts))
   redis.call('EXPIRE', KEYS[1], ttl)
-  return '1 ' .. fmt('%.17g', cur)
+  return '1 ' .. v
 end
 if cur + 1e-9 >= count then
   if mode == 'peek' then return '1 ' .. fmt('%.17g', cur) end
   local left = cur - count
   if left < 0 then left = 0 end
-  redis.call('HSET', KEYS[1], 't', fmt('%.17g', left), 's', fmt('%d', ts))
+  local v = fmt('%.17g', left)
+  redis.call('HSET', KEYS[1], 't', v, 's', fmt('%d', ts))
   redis.call('EXPIRE', KEYS[1], ttl)
-  return '1 ' .. fmt('%.17g', left)
+  return '1 ' .. v
 end
 if rate > 0 then
   return '0 ' .. fmt('%.17g', cur) .. ' ' .. fmt('%.17g', (count - cur) * 1000000 / rate)
