@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from taskq import actor
 from taskq.context import JobContext
 from taskq.exceptions import RetryAfter, Snooze
+from taskq.ratelimit import ConcurrencyReservation
 from taskq.retry import RetryPolicy
 
 FAST_RETRY = RetryPolicy(
@@ -190,6 +191,17 @@ def with_dependency(payload: Echo, ctx: JobContext[Echo], *, counter: Counter) -
     """A sync actor with a DI dependency (resolved on the loop, used in the thread)."""
     counter.calls += 1
     return EchoResult(doubled=payload.value * 2)
+
+
+MUTEX = ConcurrencyReservation("e2e_mutex", slots=1, lease=timedelta(seconds=1))
+
+
+@actor(name="e2e_mutex", reservations=[MUTEX])
+async def mutex(payload: Work, ctx: JobContext[Work]) -> None:
+    """Holds the one-slot reservation while it runs (a fleet-wide mutex)."""
+    _record(ctx.job_id, ctx.attempt, os.getpid(), "start", repr(time.time()))
+    await asyncio.sleep(payload.seconds)
+    _record(ctx.job_id, ctx.attempt, os.getpid(), "end", repr(time.time()))
 
 
 @actor(name="e2e_scoped")

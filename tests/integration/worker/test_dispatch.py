@@ -21,13 +21,8 @@ from tests.e2e import support
 from tests.e2e.apps import basic
 from tests.support.workers import running_worker, wait_until, worker_settings
 
-ACTORS = {
-    **basic.registry,
-    **{
-        r.name: r
-        for r in (basic.with_dependency, basic.with_progress, basic.exhausts, basic.scoped)
-    },
-}
+ACTORS = {**basic.registry, **{r.name: r for r in (basic.with_progress, basic.exhausts)}}
+DI_ACTORS = {**ACTORS, **{r.name: r for r in (basic.with_dependency, basic.scoped)}}
 
 
 @pytest.fixture
@@ -155,7 +150,7 @@ async def test_sync_actor_with_di_progress_hooks_and_result_ttl(
     exhausted = await client.enqueue(basic.exhausts, basic.Empty())
     scoped = await client.enqueue(basic.scoped, basic.Echo(value=3))
     settings = worker_settings(engine_url, sweep_interval=0.2, heartbeat_interval=0.2)
-    async with running_worker(settings, ACTORS, di_registry=providers):
+    async with running_worker(settings, DI_ACTORS, di_registry=providers):
         await wait_until(lambda: _status(engine, di_job.job_id, "succeeded"))
         await wait_until(lambda: _status(engine, scoped.job_id, "succeeded", "failed"))
         assert (await _row(engine, scoped.job_id)).status == "succeeded"
@@ -194,3 +189,43 @@ async def test_a_missing_provider_fails_the_boot(engine_url: str | URL) -> None:
     with pytest.raises(MissingProvider):
         await worker.run()
     await worker.engine.dispose()
+
+
+async def test_reservation_and_queue_cap_serialise_jobs(
+    engine: AsyncEngine, engine_url: str | URL, runs_file: Path
+) -> None:
+    """A one-slot reservation, and a queue capped at 1: no two of their jobs overlap."""
+    from taskq.db.tables import reservation_slots
+
+    client = JobsClient(SqlBackend(engine))
+    async with engine.begin() as conn:
+        await conn.execute(
+            insert(engine.dialect.name, queues).values(name="capped", max_concurrent=1)
+        )
+    mutexed = [await client.enqueue(basic.mutex, basic.Work(n=n, seconds=0.2)) for n in range(3)]
+    capped = [
+        await client.enqueue(basic.record, basic.Work(n=n, seconds=0.2), queue="capped")
+        for n in range(3)
+    ]
+    actors = {**ACTORS, basic.mutex.name: basic.mutex}
+    settings = worker_settings(engine_url, max_concurrency=6, queues=("default", "capped"))
+    async with running_worker(settings, actors):
+        await wait_until(lambda: _all(engine, mutexed + capped, "succeeded"), timeout=60)
+    recorded = support.runs(runs_file)
+    for group in (mutexed, capped):
+        spans = sorted((e[3], f[3]) for h in group for e, f in _pairs(recorded[str(h.job_id)]))
+        assert len(spans) == 3
+        assert all(nxt[0] >= cur[1] for cur, nxt in zip(spans, spans[1:], strict=False))
+    async with engine.connect() as conn:
+        held = (
+            await conn.execute(
+                select(reservation_slots).where(reservation_slots.c.job_id.is_not(None))
+            )
+        ).all()
+    assert held == []
+
+
+def _pairs(events: list[tuple[int, int, str, float]]) -> list[tuple[Any, Any]]:
+    starts = {e[0]: e for e in events if e[2] == "start"}
+    ends = {e[0]: e for e in events if e[2] == "end"}
+    return [(starts[a], ends[a]) for a in starts if a in ends]
