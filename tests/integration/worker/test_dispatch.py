@@ -215,7 +215,7 @@ async def test_reservation_and_queue_cap_serialise_jobs(
     for group in (mutexed, capped):
         spans = sorted((e[3], f[3]) for h in group for e, f in _pairs(recorded[str(h.job_id)]))
         assert len(spans) == 3
-        assert all(nxt[0] >= cur[1] for cur, nxt in zip(spans, spans[1:], strict=False))
+        assert all(nxt[0] >= cur[1] for cur, nxt in itertools.pairwise(spans))
     async with engine.connect() as conn:
         held = (
             await conn.execute(
