@@ -6,6 +6,7 @@ Each test keeps well under a minute: the fleet sizes are chosen to exercise the 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -305,3 +306,46 @@ def test_python_m_worker_rejects_a_bad_target(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert b"MODULE:ATTR" in proc.stderr
+
+
+async def test_second_signal_escalates_and_a_live_thread_keeps_its_row_held(
+    pg_url: URL, settings: TaskQSettings, runs_file: Path, tmp_path: Path, procs: list[Any]
+) -> None:
+    """A sync actor that never polls outlives the teardown: its row stays held, not pending."""
+    engine = make_engine(pg_url, settings=settings)
+    graces = {
+        "cancellation_grace_period": 30,
+        "cleanup_grace_period": 30,
+        "termination_grace_period": 3,
+        "lock_lease": 60,
+    }
+    try:
+        client = JobsClient(SqlBackend(engine, settings=settings), settings=settings)
+        blind = await client.enqueue(basic.sync_blind, basic.Work(seconds=60))
+        log = tmp_path / "worker.log"
+        proc = spawn_worker(pg_url, log_path=log, **graces)
+        procs.append(proc)
+        await wait_until(lambda: _count_status(engine, "running", 1), timeout=30)
+
+        proc.send_signal(signal.SIGTERM)
+        await wait_until(lambda: _logged(log, "phase=CANCELLING"), timeout=10)
+        proc.send_signal(signal.SIGTERM)  # skip the 30 s cooperative grace
+        await wait_until(lambda: _logged(log, "phase=RELEASING"), timeout=10)
+        proc.send_signal(signal.SIGTERM)  # ... and the 30 s forced grace
+        code = proc.wait(timeout=3 + 5 + 5)
+        assert code == 0
+
+        text_log = log.read_text()
+        assert "worker-shutdown-escalated" in text_log
+        row = (await support.job_rows(engine))[blind.job_id]
+        assert row.status == "scheduled"
+        assert row.locked_by is None
+        assert row.budget_used == 0
+        events = support.runs(runs_file)[str(blind.job_id)]
+        assert [e[2] for e in events] == ["start"]  # the thread died with the process
+    finally:
+        await engine.dispose()
+
+
+async def _logged(path: Path, needle: str) -> bool:
+    return needle in await asyncio.to_thread(path.read_text)

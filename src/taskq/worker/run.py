@@ -513,7 +513,9 @@ class Worker:
         unhold = wq.unhold_job(self.engine.dialect.name)
         started = self.state.started_mono or time.monotonic()
         deadline = started + self.settings.termination_grace_period.total_seconds()
-        while d.held and time.monotonic() < deadline and not self.state.escalate.is_set():
+        # Deliberately deaf to further signals: a running actor thread is waited out (up
+        # to the termination grace), never cut short by a third signal.
+        while d.held and time.monotonic() < deadline:
             exited = [j for j in list(d.held) if not j.thread_alive()]
             for job in exited:
                 d.held.discard(job)
