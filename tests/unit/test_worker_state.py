@@ -98,3 +98,18 @@ def test_resolve_actors_accepts_mappings_and_lists() -> None:
     assert resolve_actors({"x": basic.echo}) == {"e2e_echo": basic.echo}
     with pytest.raises(TypeError):
         resolve_actors(["not an actor"])  # type: ignore[list-item]
+
+
+async def test_hooks_are_bounded_and_cannot_raise() -> None:
+    from taskq.worker.outcomes import run_hook
+
+    forever = asyncio.Event()
+
+    async def hangs(row: object) -> None:
+        await forever.wait()
+
+    def raises(row: object) -> None:
+        raise RuntimeError("hook bug")
+
+    await asyncio.wait_for(run_hook("on_cancel", hangs, 0.05, {}), 5)
+    await run_hook("on_cancel", raises, 1.0, {})

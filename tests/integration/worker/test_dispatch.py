@@ -229,3 +229,25 @@ def _pairs(events: list[tuple[int, int, str, float]]) -> list[tuple[Any, Any]]:
     starts = {e[0]: e for e in events if e[2] == "start"}
     ends = {e[0]: e for e in events if e[2] == "end"}
     return [(starts[a], ends[a]) for a in starts if a in ends]
+
+
+async def test_fair_queue_shares_a_round_between_actors(
+    engine: AsyncEngine, engine_url: str | URL, runs_file: Path
+) -> None:
+    """On a ``fair`` queue a backlog of one actor cannot hold the other back a whole round."""
+    client = JobsClient(SqlBackend(engine))
+    async with engine.begin() as conn:
+        await conn.execute(insert(engine.dialect.name, queues).values(name="shared", mode="fair"))
+    flood = [
+        await client.enqueue(basic.record, basic.Work(n=n, seconds=0.3), queue="shared")
+        for n in range(8)
+    ]
+    other = await client.enqueue(basic.slow_first, basic.Work(seconds=0.0), queue="shared")
+    settings = worker_settings(engine_url, max_concurrency=4, queues=("shared",))
+    async with running_worker(settings, ACTORS):
+        await wait_until(lambda: _all(engine, [*flood, other], "succeeded"), timeout=60)
+    recorded = support.runs(runs_file)
+    other_start = recorded[str(other.job_id)][0][3]
+    flood_starts = sorted(recorded[str(h.job_id)][0][3] for h in flood)
+    # Strict FIFO would start all eight older flood jobs first (two full rounds of 4).
+    assert other_start < flood_starts[4]
