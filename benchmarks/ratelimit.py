@@ -127,11 +127,36 @@ def ensure_pg(settings: TaskQSettings) -> str:
     return url.render_as_string(hide_password=False)
 
 
-def limits_rate(seconds: float) -> float | None:
-    """``limits`` moving-window hit()/s from a throwaway venv (it needs redis<8)."""
-    venv = Path(tempfile.gettempdir()) / "taskq-bench-limits-venv"
-    py = venv / "bin" / "python"
-    try:
+_LIMITS_PEER = f"""
+import sys, time, uuid
+from limits import parse
+from limits.storage import RedisStorage
+from limits.strategies import MovingWindowRateLimiter
+lim = MovingWindowRateLimiter(RedisStorage({REDIS_URL!r}))
+item = parse("1000000000/second")
+key = "taskq-bench-" + uuid.uuid4().hex
+for _ in range(50): lim.hit(item, key)
+print("ready", flush=True)
+for line in sys.stdin:
+    seconds = float(line)
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for _ in range(100): lim.hit(item, key)
+        n += 100
+    print(n / (time.perf_counter() - start), flush=True)
+"""
+
+
+class LimitsPeer:
+    """The ``limits`` moving-window ``hit()`` in a throwaway venv (it needs ``redis<8``).
+
+    A long-lived subprocess that measures a slice on request, so that its slices can be
+    interleaved with taskq's own (the comparison then sees the same moments of load).
+    """
+
+    def __init__(self) -> None:
+        venv = Path(tempfile.gettempdir()) / "taskq-bench-limits-venv"
+        py = venv / "bin" / "python"
         if not py.exists():
             subprocess.run(
                 [sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True
@@ -142,29 +167,40 @@ def limits_rate(seconds: float) -> float | None:
                 capture_output=True,
                 timeout=300,
             )
-        code = f"""
-import time, uuid
-from limits import parse
-from limits.storage import RedisStorage
-from limits.strategies import MovingWindowRateLimiter
-lim = MovingWindowRateLimiter(RedisStorage({REDIS_URL!r}))
-item = parse("1000000000/second")
-key = "taskq-bench-" + uuid.uuid4().hex
-for _ in range(50): lim.hit(item, key)
-n, start = 0, time.perf_counter()
-while time.perf_counter() - start < {seconds}:
-    for _ in range(100): lim.hit(item, key)
-    n += 100
-print(n / (time.perf_counter() - start))
-"""
-        out = subprocess.run(
-            [str(py), "-c", code], check=True, capture_output=True, text=True, timeout=120
+        self.proc = subprocess.Popen(
+            [str(py), "-c", _LIMITS_PEER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
         )
-        return float(out.stdout.strip().splitlines()[-1])
+        assert self.proc.stdout is not None
+        if self.proc.stdout.readline().strip() != "ready":
+            raise OSError("the limits peer did not start")
+
+    def rate(self, seconds: float) -> float:
+        """``hit()``/s over one slice of ``seconds``."""
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
+        self.proc.stdin.write(f"{seconds}\n")
+        self.proc.stdin.flush()
+        return float(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        """End the subprocess."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+def limits_peer() -> LimitsPeer | None:
+    """A running :class:`LimitsPeer`, or ``None`` when ``limits`` cannot be installed."""
+    try:
+        return LimitsPeer()
     except (subprocess.SubprocessError, OSError, ValueError):
         return None
 
 
+LIMITS = ("limits moving-window hit()", "limits")
 RAW = ("raw EVALSHA (trivial script)", "redis")
 BACKENDS = ("redis", "postgres", "memory")
 
@@ -215,9 +251,12 @@ async def async_rows(
 
 
 def sync_rows(
-    seconds: float, rounds: int, settings: TaskQSettings, pg_url: str
+    seconds: float, rounds: int, settings: TaskQSettings, pg_url: str, peer: LimitsPeer | None
 ) -> dict[tuple[str, str], float]:
-    """Best-slice acquires/s of every cell from one blocking client, raw EVALSHA interleaved."""
+    """Best-slice acquires/s of every cell from one blocking client, raw EVALSHA interleaved.
+
+    With ``peer``, a ``limits`` slice follows every slice of the Redis token bucket.
+    """
     client = redis.Redis.from_url(REDIS_URL)
     sha = client.script_load(TRIVIAL)
     clock = FakeClock(datetime(2025, 1, 1, tzinfo=UTC))
@@ -241,6 +280,8 @@ def sync_rows(
                 rows[paired(key)] = max(rows.get(paired(key), 0.0), raw)
             rate = rate_sync(functools.partial(prim.acquire, **kw), slice_s)
             rows[key] = max(rows.get(key, 0.0), rate)
+            if peer is not None and key == ("token bucket", "redis"):
+                rows[LIMITS] = max(rows.get(LIMITS, 0.0), peer.rate(slice_s))
     rows[RAW] = max(rate for key, rate in rows.items() if key[1] == "raw")
     for (_, backend), (prim, kw) in cells.items():
         prim.reset(**({} if backend == "memory" else kw))
@@ -281,12 +322,13 @@ def main() -> None:
     pg_url = ensure_pg(settings)
     load_before = os.getloadavg()
     a = asyncio.run(async_rows(args.seconds, args.rounds, settings, pg_url))
-    s = sync_rows(args.seconds, args.rounds, settings, pg_url)
-    lim = None
-    if not args.no_limits:
-        runs = [limits_rate(args.seconds / args.rounds) for _ in range(args.rounds)]
-        done = [r for r in runs if r is not None]
-        lim = max(done) if done else None
+    peer = None if args.no_limits else limits_peer()
+    try:
+        s = sync_rows(args.seconds, args.rounds, settings, pg_url, peer)
+    finally:
+        if peer is not None:
+            peer.close()
+    lim = s.pop(LIMITS, None)
     load_after = os.getloadavg()
     print(f"{'primitive':<30} {'backend':<9} {'async/s':>10} {'sync/s':>10} {'vs raw (a/s)':>14}")
     keys = [RAW, *(k for k in a if k != RAW and k[1] != "raw")]

@@ -22,7 +22,7 @@ from typing import Final
 
 from taskq.ratelimit._algorithms import EPOCH_UNIX_S
 
-__all__ = ["GCRA", "LOG", "TOKEN_BUCKET", "LuaScript", "redis_key"]
+__all__ = ["GCRA", "LOG", "TOKEN_BUCKET", "LuaScript", "evalsha_command", "redis_key"]
 
 
 def redis_key(name: str, suffix: str) -> str:
@@ -42,6 +42,16 @@ class LuaScript:
     def __init__(self, source: str) -> None:
         self.source: Final = source.encode()
         self.sha: bytes = hashlib.sha1(self.source, usedforsecurity=False).hexdigest().encode()
+
+
+def evalsha_command(sha: bytes, *args: bytes) -> bytes:
+    """``EVALSHA sha 1 *args`` (the key first) as the bytes Redis reads (RESP).
+
+    Built once per primitive for the acquire hot path, so redis-py has nothing to encode
+    or frame per call (see ``taskq.ratelimit._redis_utils.evalsha``).
+    """
+    parts = (b"EVALSHA", sha, b"1", *args)
+    return b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts)
 
 
 _NOW: Final = f"""

@@ -1,12 +1,18 @@
 """Running the Lua scripts on Redis, and falling back to Postgres when Redis is down.
 
-The hot path is ONE ``EVALSHA`` round trip: the primitives call
-``client.execute_command("EVALSHA", script.sha, b"1", key, spec)`` themselves, with the
-key and the configuration encoded once at construction, and come here only on the
-rare paths: :func:`reload_and_run` after a ``NOSCRIPT`` (the server lost its script
-cache: ``SCRIPT LOAD`` and run again) and :func:`fallback_engine` after a connection
-error. redis-py's ``Script`` helper is not used: it costs an import, a tuple
-concatenation and two extra calls per run, on every acquire.
+The hot path is ONE ``EVALSHA`` round trip (:func:`evalsha`). For a plain ``Redis``
+client (redis-py >= 5.3, not a subclass, not ``single_connection_client``) the command,
+pre-encoded once per primitive (:func:`taskq.ratelimit._lua.evalsha_command`), is
+written straight to a connection borrowed from the client's pool and the reply read
+back: redis-py's per-command machinery (argument encoding and framing, the retry
+wrapper, event dispatch and its own metrics) costs more client CPU than the script
+costs the server, and is what kept an acquire well below a raw ``EVALSHA``. Any other
+client (a cluster, a subclass, a single-connection client) goes through
+``execute_command``. A connection error on the direct path drops that connection and
+runs the command once more through ``execute_command``, which applies the client's own
+retry policy (as redis-py would have). ``NOSCRIPT`` (the server lost its script cache)
+is answered by ``SCRIPT LOAD`` and one more run (:func:`reload_and_run`); a connection
+error that survives goes to :func:`fallback_engine`.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from taskq.exceptions import RedisExtraMissing, RedisUnavailableError
-from taskq.ratelimit._lua import LuaScript
+from taskq.ratelimit._lua import LuaScript, evalsha_command
 from taskq.settings import TaskQSettings
 
 if TYPE_CHECKING:
@@ -26,11 +32,11 @@ if TYPE_CHECKING:
 __all__ = [
     "NO_SCRIPT",
     "REDIS_DOWN",
+    "evalsha",
     "fallback_engine",
     "redis_down_errors",
     "reload_and_run",
     "require_redis",
-    "run",
 ]
 
 _log = logging.getLogger("taskq.ratelimit")
@@ -40,18 +46,25 @@ class _NeverRaised(Exception):
     """Stands in for redis-py's exceptions when redis-py is not installed."""
 
 
-def _errors() -> tuple[type[BaseException], tuple[type[BaseException], ...]]:
+def _errors() -> tuple[
+    type[BaseException], type[BaseException], tuple[type[BaseException], ...], Any
+]:
     try:
+        from redis import __version__
+        from redis.asyncio import Redis
         from redis.exceptions import ConnectionError as RedisConnectionError
-        from redis.exceptions import NoScriptError
+        from redis.exceptions import NoScriptError, ResponseError
         from redis.exceptions import TimeoutError as RedisTimeoutError
     except ImportError:
-        return _NeverRaised, (_NeverRaised,)
-    return NoScriptError, (RedisConnectionError, RedisTimeoutError)
+        return _NeverRaised, _NeverRaised, (_NeverRaised,), None
+    major, minor = (int(part) for part in __version__.split(".")[:2])
+    direct = Redis if (major, minor) >= (5, 3) else None  # pool.get_connection() takes no args
+    return NoScriptError, ResponseError, (RedisConnectionError, RedisTimeoutError), direct
 
 
-NO_SCRIPT, REDIS_DOWN = _errors()
-"""``NOSCRIPT`` (reload and retry), and the errors that mean "Redis is down" (fall back)."""
+NO_SCRIPT, _REPLY_ERROR, REDIS_DOWN, _DIRECT_CLIENT = _errors()
+"""``NOSCRIPT`` (reload and retry), an error reply, the errors that mean "Redis is down"
+(fall back), and the client class the direct path serves."""
 
 
 def redis_down_errors() -> tuple[type[BaseException], ...]:
@@ -82,16 +95,49 @@ async def reload_and_run(client: Redis, script: LuaScript, args: tuple[Any, ...]
     return await runner.execute_command("EVALSHA", script.sha, b"1", *args)
 
 
-async def run(client: Redis, script: LuaScript, args: tuple[Any, ...]) -> Any:
+async def evalsha(
+    client: Any, script: LuaScript, args: tuple[bytes, ...], command: bytes | None = None
+) -> Any:
     """Run ``script`` with ``args`` (the key first): one ``EVALSHA``, reloading on ``NOSCRIPT``.
 
-    The acquire paths inline this; peek, refund and the sliding-window log use it.
+    ``command`` is the same call pre-encoded with the script's current ``sha`` (see
+    :func:`~taskq.ratelimit._lua.evalsha_command`); it is built here when not given.
     """
-    runner: Any = client  # redis-py leaves execute_command untyped
     try:
-        return await runner.execute_command("EVALSHA", script.sha, b"1", *args)
+        if client.__class__ is _DIRECT_CLIENT and client.connection is None:
+            if command is None:
+                command = evalsha_command(script.sha, *args)
+            return await _direct(client, command, ("EVALSHA", script.sha, b"1", *args))
+        return await client.execute_command("EVALSHA", script.sha, b"1", *args)
     except NO_SCRIPT:
         return await reload_and_run(client, script, args)
+
+
+async def _direct(client: Any, command: bytes, args: tuple[Any, ...]) -> Any:
+    """Write ``command`` to a pooled connection and read the reply (see the module doc).
+
+    An error reply leaves the connection usable; anything else (a dead connection, a
+    timeout, a cancelled task with the reply still unread) disconnects it before it goes
+    back to the pool.
+    """
+    pool = client.connection_pool
+    conn = await pool.get_connection()
+    try:
+        await conn.send_packed_command((command,))  # an iterable of chunks (sync and async)
+        reply = await conn.read_response()
+    except _REPLY_ERROR:
+        await pool.release(conn)
+        raise
+    except REDIS_DOWN:
+        await conn.disconnect()
+        await pool.release(conn)
+        return await client.execute_command(*args)
+    except BaseException:
+        await conn.disconnect()
+        await pool.release(conn)
+        raise
+    await pool.release(conn)
+    return reply
 
 
 def fallback_engine(

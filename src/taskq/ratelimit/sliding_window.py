@@ -24,7 +24,7 @@ from taskq.ratelimit._common import (
     require_engine,
     retry,
 )
-from taskq.ratelimit._lua import GCRA, LOG, redis_key
+from taskq.ratelimit._lua import GCRA, LOG, evalsha_command, redis_key
 from taskq.ratelimit._memory import MemoryGcra, MemoryLog
 from taskq.ratelimit.decision import RateLimitDecision, RateLimitState, SlidingWindowStyle
 from taskq.ratelimit.refs import validate_backend
@@ -82,6 +82,7 @@ class SlidingWindow:
             self.redis_key.encode(),
             f"{self.limit} {self.window_us} {self.ttl_seconds}".encode(),
         )
+        self._redis_command: tuple[bytes, bytes] = (b"", b"")  # (sha, GCRA acquire EVALSHA)
         self._pg: _sql.PgAutocommit | None = None
 
     def __repr__(self) -> str:
@@ -114,6 +115,15 @@ class SlidingWindow:
         """Sliding windows always recover on their own, so they are always evictable."""
         return False
 
+    def _gcra_command(self) -> bytes:
+        """The pre-encoded ``EVALSHA`` of a GCRA acquire, for the script's current sha."""
+        sha, command = self._redis_command
+        if sha is not GCRA.sha:
+            sha = GCRA.sha
+            command = evalsha_command(sha, *self._redis_args)
+            self._redis_command = (sha, command)
+        return command
+
     async def _postgres(self, engine: AsyncEngine) -> RateLimitDecision:
         if self.style == "gcra":
             self._pg = _sql.pg_autocommit(self._pg, engine)
@@ -142,15 +152,14 @@ class SlidingWindow:
         """
         backend = self.backend
         if backend == "redis":
-            # Any: redis-py leaves execute_command untyped.
-            client: Any = rru.require_redis(redis_client, self.name)
-            request_id = str(uuid4()) if self.style == "log" else None
-            args = self._redis_args if request_id is None else (*self._redis_args, request_id)
+            client = rru.require_redis(redis_client, self.name)
             try:
-                try:
-                    reply = await client.execute_command("EVALSHA", self._script.sha, b"1", *args)
-                except rru.NO_SCRIPT:
-                    reply = await rru.reload_and_run(client, self._script, args)
+                if self.style == "gcra":
+                    request_id = None
+                    reply = await rru.evalsha(client, GCRA, self._redis_args, self._gcra_command())
+                else:
+                    request_id = str(uuid4())
+                    reply = await rru.evalsha(client, LOG, (*self._redis_args, request_id.encode()))
             except rru.REDIS_DOWN as exc:
                 engine = rru.fallback_engine(self.name, exc, pg_pool, settings)
                 if engine is None:
@@ -225,7 +234,7 @@ class SlidingWindow:
         client = rru.require_redis(redis_client, self.name)
         args = self._redis_args if self.style == "gcra" else (*self._redis_args, b"")
         try:
-            reply = await rru.run(client, self._script, (*args, b"peek"))
+            reply = await rru.evalsha(client, self._script, (*args, b"peek"))
         except rru.REDIS_DOWN as exc:
             engine = rru.fallback_engine(self.name, exc, pg_pool, settings)
             if engine is None:

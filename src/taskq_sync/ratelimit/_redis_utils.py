@@ -3,13 +3,19 @@
 
 """Running the Lua scripts on Redis, and falling back to Postgres when Redis is down.
 
-The hot path is ONE ``EVALSHA`` round trip: the primitives call
-``client.execute_command("EVALSHA", script.sha, b"1", key, spec)`` themselves, with the
-key and the configuration encoded once at construction, and come here only on the
-rare paths: :func:`reload_and_run` after a ``NOSCRIPT`` (the server lost its script
-cache: ``SCRIPT LOAD`` and run again) and :func:`fallback_engine` after a connection
-error. redis-py's ``Script`` helper is not used: it costs an import, a tuple
-concatenation and two extra calls per run, on every acquire.
+The hot path is ONE ``EVALSHA`` round trip (:func:`evalsha`). For a plain ``Redis``
+client (redis-py >= 5.3, not a subclass, not ``single_connection_client``) the command,
+pre-encoded once per primitive (:func:`taskq.ratelimit._lua.evalsha_command`), is
+written straight to a connection borrowed from the client's pool and the reply read
+back: redis-py's per-command machinery (argument encoding and framing, the retry
+wrapper, event dispatch and its own metrics) costs more client CPU than the script
+costs the server, and is what kept an acquire well below a raw ``EVALSHA``. Any other
+client (a cluster, a subclass, a single-connection client) goes through
+``execute_command``. A connection error on the direct path drops that connection and
+runs the command once more through ``execute_command``, which applies the client's own
+retry policy (as redis-py would have). ``NOSCRIPT`` (the server lost its script cache)
+is answered by ``SCRIPT LOAD`` and one more run (:func:`reload_and_run`); a connection
+error that survives goes to :func:`fallback_engine`.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from taskq.exceptions import RedisExtraMissing, RedisUnavailableError
-from taskq.ratelimit._lua import LuaScript
+from taskq.ratelimit._lua import LuaScript, evalsha_command
 from taskq.settings import TaskQSettings
 
 if TYPE_CHECKING:
@@ -28,11 +34,11 @@ if TYPE_CHECKING:
 __all__ = [
     "NO_SCRIPT",
     "REDIS_DOWN",
+    "evalsha",
     "fallback_engine",
     "redis_down_errors",
     "reload_and_run",
     "require_redis",
-    "run",
 ]
 _log = logging.getLogger("taskq.ratelimit")
 
@@ -41,18 +47,23 @@ class _NeverRaised(Exception):
     """Stands in for redis-py's exceptions when redis-py is not installed."""
 
 
-def _errors() -> tuple[type[BaseException], tuple[type[BaseException], ...]]:
+def _errors() -> tuple[
+    type[BaseException], type[BaseException], tuple[type[BaseException], ...], Any
+]:
     try:
+        from redis import Redis, __version__
         from redis.exceptions import ConnectionError as RedisConnectionError
-        from redis.exceptions import NoScriptError
+        from redis.exceptions import NoScriptError, ResponseError
         from redis.exceptions import TimeoutError as RedisTimeoutError
     except ImportError:
-        return (_NeverRaised, (_NeverRaised,))
-    return (NoScriptError, (RedisConnectionError, RedisTimeoutError))
+        return (_NeverRaised, _NeverRaised, (_NeverRaised,), None)
+    major, minor = (int(part) for part in __version__.split(".")[:2])
+    direct = Redis if (major, minor) >= (5, 3) else None
+    return (NoScriptError, ResponseError, (RedisConnectionError, RedisTimeoutError), direct)
 
 
-NO_SCRIPT, REDIS_DOWN = _errors()
-'``NOSCRIPT`` (reload and retry), and the errors that mean "Redis is down" (fall back).'
+NO_SCRIPT, _REPLY_ERROR, REDIS_DOWN, _DIRECT_CLIENT = _errors()
+'``NOSCRIPT`` (reload and retry), an error reply, the errors that mean "Redis is down"\n(fall back), and the client class the direct path serves.'
 
 
 def redis_down_errors() -> tuple[type[BaseException], ...]:
@@ -81,16 +92,49 @@ def reload_and_run(client: Redis, script: LuaScript, args: tuple[Any, ...]) -> A
     return runner.execute_command("EVALSHA", script.sha, b"1", *args)
 
 
-def run(client: Redis, script: LuaScript, args: tuple[Any, ...]) -> Any:
+def evalsha(
+    client: Any, script: LuaScript, args: tuple[bytes, ...], command: bytes | None = None
+) -> Any:
     """Run ``script`` with ``args`` (the key first): one ``EVALSHA``, reloading on ``NOSCRIPT``.
 
-    The acquire paths inline this; peek, refund and the sliding-window log use it.
+    ``command`` is the same call pre-encoded with the script's current ``sha`` (see
+    :func:`~taskq.ratelimit._lua.evalsha_command`); it is built here when not given.
     """
-    runner: Any = client
     try:
-        return runner.execute_command("EVALSHA", script.sha, b"1", *args)
+        if client.__class__ is _DIRECT_CLIENT and client.connection is None:
+            if command is None:
+                command = evalsha_command(script.sha, *args)
+            return _direct(client, command, ("EVALSHA", script.sha, b"1", *args))
+        return client.execute_command("EVALSHA", script.sha, b"1", *args)
     except NO_SCRIPT:
         return reload_and_run(client, script, args)
+
+
+def _direct(client: Any, command: bytes, args: tuple[Any, ...]) -> Any:
+    """Write ``command`` to a pooled connection and read the reply (see the module doc).
+
+    An error reply leaves the connection usable; anything else (a dead connection, a
+    timeout, a cancelled task with the reply still unread) disconnects it before it goes
+    back to the pool.
+    """
+    pool = client.connection_pool
+    conn = pool.get_connection()
+    try:
+        conn.send_packed_command((command,))
+        reply = conn.read_response()
+    except _REPLY_ERROR:
+        pool.release(conn)
+        raise
+    except REDIS_DOWN:
+        conn.disconnect()
+        pool.release(conn)
+        return client.execute_command(*args)
+    except BaseException:
+        conn.disconnect()
+        pool.release(conn)
+        raise
+    pool.release(conn)
+    return reply
 
 
 def fallback_engine(

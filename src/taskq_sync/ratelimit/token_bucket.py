@@ -23,7 +23,7 @@ from taskq.ratelimit._common import (
     require_engine,
     retry,
 )
-from taskq.ratelimit._lua import TOKEN_BUCKET, redis_key
+from taskq.ratelimit._lua import TOKEN_BUCKET, evalsha_command, redis_key
 from taskq.ratelimit._memory import MemoryTokenBucket
 from taskq.ratelimit.decision import RateLimitDecision, RateLimitState
 from taskq.ratelimit.refs import validate_backend
@@ -65,8 +65,8 @@ class TokenBucket:
         self.ttl = ttl
         self.redis_key = redis_key(self.name, "tb")
         self._memory = MemoryTokenBucket()
-        self._redis_key_b = self.redis_key.encode()
-        self._redis_spec_one = self._redis_spec(1.0)
+        self._redis_args_one = (self.redis_key.encode(), self._redis_spec(1.0))
+        self._redis_command: tuple[bytes, bytes] = (b"", b"")
         self._pg: _sql.PgAutocommit | None = None
 
     def __repr__(self) -> str:
@@ -106,8 +106,17 @@ class TokenBucket:
         return f"{self.capacity!r} {self.refill_per_second!r} {count!r} {self.ttl_seconds}".encode()
 
     def _script_args(self, count: float, *mode: bytes) -> tuple[bytes, ...]:
-        spec = self._redis_spec_one if count == 1.0 else self._redis_spec(count)
-        return (self._redis_key_b, spec, *mode)
+        spec = self._redis_args_one[1] if count == 1.0 else self._redis_spec(count)
+        return (self._redis_args_one[0], spec, *mode)
+
+    def _command_one(self) -> bytes:
+        """The pre-encoded ``EVALSHA`` of a one-token acquire, for the script's current sha."""
+        sha, command = self._redis_command
+        if sha is not TOKEN_BUCKET.sha:
+            sha = TOKEN_BUCKET.sha
+            command = evalsha_command(sha, *self._redis_args_one)
+            self._redis_command = (sha, command)
+        return command
 
     def _postgres(self, engine: Engine, count: float) -> RateLimitDecision:
         self._pg = _sql.pg_autocommit(self._pg, engine)
@@ -140,18 +149,14 @@ class TokenBucket:
             count = check_count(count, self.capacity)
         backend = self.backend
         if backend == "redis":
-            client: Any = rru.require_redis(redis_client, self.name)
+            client = rru.require_redis(redis_client, self.name)
             try:
-                try:
-                    reply = client.execute_command(
-                        "EVALSHA",
-                        TOKEN_BUCKET.sha,
-                        b"1",
-                        self._redis_key_b,
-                        self._redis_spec_one if count == 1.0 else self._redis_spec(count),
+                if count == 1.0:
+                    reply = rru.evalsha(
+                        client, TOKEN_BUCKET, self._redis_args_one, self._command_one()
                     )
-                except rru.NO_SCRIPT:
-                    reply = rru.reload_and_run(client, TOKEN_BUCKET, self._script_args(count))
+                else:
+                    reply = rru.evalsha(client, TOKEN_BUCKET, self._script_args(count))
             except rru.REDIS_DOWN as exc:
                 engine = rru.fallback_engine(self.name, exc, pg_pool, settings)
                 if engine is None:
@@ -196,7 +201,7 @@ class TokenBucket:
             )
         elif decision.backend == "redis":
             client = rru.require_redis(redis_client, self.name)
-            rru.run(client, TOKEN_BUCKET, self._script_args(count, b"refund"))
+            rru.evalsha(client, TOKEN_BUCKET, self._script_args(count, b"refund"))
         else:
             _log.warning("ratelimit.refund_noop bucket=%s backend=postgres", self.name)
 
@@ -222,7 +227,7 @@ class TokenBucket:
             return self._peek_postgres(require_engine(pg_pool, self.name))
         client = rru.require_redis(redis_client, self.name)
         try:
-            reply = rru.run(
+            reply = rru.evalsha(
                 client, TOKEN_BUCKET, self._script_args(min(1.0, self.capacity), b"peek")
             )
         except rru.REDIS_DOWN as exc:

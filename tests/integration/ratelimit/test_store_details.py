@@ -3,6 +3,8 @@ and a model check of fixed quotas on the real stores (no time involved, so exact
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import uuid
 from datetime import timedelta
 from types import SimpleNamespace
@@ -183,3 +185,46 @@ async def test_missing_tables_say_run_migrate(
         assert info.value.table == "rate_limit_buckets"
     finally:
         await call(engine.dispose())
+
+
+async def test_cancelled_redis_acquires_leave_no_reply_behind(
+    aredis_client: aredis.Redis, unique_name: str, settings: TaskQSettings
+) -> None:
+    """A task cancelled while its EVALSHA is in flight must not leave the reply unread on a
+    pooled connection (the next command on it would read the stale reply as its own)."""
+    kw = {"redis_client": aredis_client, "settings": settings}
+    tb = TokenBucket(unique_name, capacity=1000, refill_per_second=0)
+    for delay in (0, 0, 0.0001, 0.0005, 0.001) * 4:
+        task = asyncio.create_task(tb.acquire(**kw))
+        await asyncio.sleep(delay)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    before = await tb.peek(**kw)
+    d = await tb.acquire(**kw)
+    assert d.allowed
+    assert d.remaining == before.tokens_remaining - 1
+    after = await tb.peek(**kw)
+    assert after.tokens_remaining == d.remaining
+
+
+@pytest.mark.parametrize("options", [{}, {"single_connection_client": True}])
+async def test_every_redis_client_shape_gets_the_same_decisions(
+    redis_url: str, unique_name: str, settings: TaskQSettings, options: dict[str, Any]
+) -> None:
+    """The direct path (plain client) and execute_command (other clients) agree."""
+    client = aredis.Redis.from_url(redis_url, **options)
+    try:
+        kw = {"redis_client": client, "settings": settings}
+        tb = TokenBucket(unique_name, capacity=3, refill_per_second=0)
+        gcra = SlidingWindow(unique_name, limit=2, window=timedelta(minutes=1), style="gcra")
+        log = SlidingWindow(unique_name, limit=2, window=timedelta(minutes=1))
+        assert [(await tb.acquire(**kw)).remaining for _ in range(3)] == [2, 1, 0]
+        assert not (await tb.acquire(**kw)).allowed
+        assert [(await gcra.acquire(**kw)).allowed for _ in range(3)] == [True, True, False]
+        decisions = [await log.acquire(**kw) for _ in range(3)]
+        assert [d.allowed for d in decisions] == [True, True, False]
+        assert decisions[0].request_id
+        assert decisions[2].request_id is None
+    finally:
+        await client.aclose()
