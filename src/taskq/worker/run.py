@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import signal
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from typing import Any
 from uuid import UUID
 
@@ -32,29 +31,24 @@ from taskq.actor_config_ops import sync_actor_config
 from taskq.db.dialect import async_url
 from taskq.db.engine import make_engine, transaction
 from taskq.db.queries import worker as wq
-from taskq.di import Container, ProviderRegistry, Scope
-from taskq.exceptions import MissingProvider, ProgressTooLarge
+from taskq.di import ProviderRegistry
 from taskq.settings import WorkerSettings
-from taskq.testing.clock import SystemClock
 from taskq.worker.cancel import CancelController
 from taskq.worker.dispatch import Dispatcher, run_sync_actor_tracked
 from taskq.worker.execute import AttemptEnv
 from taskq.worker.heartbeat import Heartbeat
 from taskq.worker.leader import LeaderLease
 from taskq.worker.notify import Listener
+from taskq.worker.progress import Progress
+from taskq.worker.resources import Dependencies, Limits
 from taskq.worker.shutdown import WATCHDOG_TAIL_S, Phase, ShutdownState, Watchdog
-from taskq.worker.state import Outcome, RunningJob
+from taskq.worker.state import Outcome
 from taskq.worker.sweep import Sweeper
 
 __all__ = ["Worker", "configure_logging", "resolve_actors", "worker_main"]
 
 _log = structlog.get_logger("taskq.worker")
 _CANCEL_POLL_S = 0.5
-
-
-def _scope_of(registry: ProviderRegistry, dep: type[object]) -> Scope | None:
-    provider = registry.get(dep)
-    return provider.scope if provider is not None else None
 
 
 def resolve_actors(
@@ -98,13 +92,14 @@ class Worker:
         self.state = ShutdownState()
         self._own_engine = engine is None
         self.engine = engine or make_engine(settings.effective_database_url, settings=settings)
-        self._rl = rate_limit_registry
-        # Memory-backed rate limits read this clock (Redis and SQL ones use the store's).
-        self._clock = SystemClock()
-        self._redis: Any = None
-        self._queue_caps: dict[str, Any] = {}
-        self._di = di_registry
-        self._container: Container | None = None
+        self.limits = Limits(self.engine, settings, self.worker_id, rate_limit_registry)
+        self.deps = Dependencies(di_registry)
+        self.progress = Progress(
+            self.engine,
+            self.worker_id,
+            max_bytes=settings.progress_data_max_bytes,
+            redis_url=settings.redis_url,
+        )
         self._changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._log = _log.bind(worker_id=str(self.worker_id))
@@ -143,11 +138,11 @@ class Worker:
     def _env(self, dispatcher: Dispatcher) -> AttemptEnv:
         return AttemptEnv(
             run_sync=lambda job, call: run_sync_actor_tracked(job, call, dispatcher.executor),
-            dependencies=self._dependencies,
-            thread_kwargs=self._thread_kwargs,
+            dependencies=self.deps.scope,
+            thread_kwargs=self.deps.thread_kwargs,
             acquire=None,
             release=None,
-            progress_sink=self._progress_sink,
+            progress_sink=self.progress.sink,
             sub_jobs=self._sub_jobs(),
             default_start_to_close=self.settings.default_start_to_close,
             lock_lease_s=self.settings.lock_lease.total_seconds(),
@@ -161,84 +156,6 @@ class Worker:
         except ImportError:  # pragma: no cover - the producer side is part of the package
             return None
         return JobsClient(SqlBackend(self.engine, settings=self.settings), settings=self.settings)
-
-    @contextlib.asynccontextmanager
-    async def _dependencies(self, job: RunningJob) -> AsyncIterator[dict[str, object]]:
-        """The attempt's DI scope: loop-side arguments, TRANSIENT ones torn down at exit."""
-        if self._container is None or self._di is None:
-            raise RuntimeError(f"actor {job.ref.name!r} declares dependencies but no di_registry")
-        thread_scoped = {
-            name
-            for name, dep in job.ref.dependencies.items()
-            if job.ref.is_sync and _scope_of(self._di, dep) is Scope.THREAD
-        }
-        async with self._container.invocation() as inv:
-            kwargs = {
-                name: await self._container.resolve(dep, _transient=inv.stack)
-                for name, dep in job.ref.dependencies.items()
-                if name not in thread_scoped
-            }
-            yield kwargs
-
-    def _thread_kwargs(self, job: RunningJob) -> dict[str, object]:
-        if self._container is None:
-            return {}
-        return self._container.thread_kwargs_for(job.ref)
-
-    async def _acquire(self, job: RunningJob, payload: Any) -> Any:
-        """Queue cap slot first, then the actor's reservations and rate limits, in order."""
-        held: list[tuple[Any, int]] = []
-        cap = self._queue_caps.get(job.row["queue"])
-        if cap is not None:
-            held.append((cap, await cap.acquire(job.id, self.worker_id, pool=self.engine)))
-        ref = job.ref
-        if not (ref.rate_limits or ref.reservations) or self._rl is None:
-            return (held, [])
-        try:
-            acquired = await self._rl.acquire_for_actor(
-                ref,
-                payload,
-                job_id=job.id,
-                worker_id=self.worker_id,
-                redis_client=self._redis,
-                pg_pool=self.engine,
-                clock=self._clock,
-                settings=self.settings,
-            )
-        except BaseException:
-            await self._release((held, []))
-            raise
-        return (held, acquired)
-
-    async def _release(self, acquired: Any) -> None:
-        held, resources = acquired
-        if resources and self._rl is not None:
-            await self._rl.release_for_actor(
-                resources,
-                worker_id=self.worker_id,
-                redis_client=self._redis,
-                pg_pool=self.engine,
-                clock=self._clock,
-                settings=self.settings,
-            )
-        for reservation, slot in reversed(held):
-            await reservation.release(slot, self.worker_id, pool=self.engine)
-
-    def _progress_sink(self, job: RunningJob) -> Callable[..., Awaitable[None]]:
-        limit = self.settings.progress_data_max_bytes
-
-        async def sink(**fields: Any) -> None:
-            data = fields.get("data")
-            if data is not None:
-                size = len(json.dumps(data).encode())
-                if size > limit:
-                    raise ProgressTooLarge(size, limit)
-            state = dict(job.progress or {})
-            state.update({k: v for k, v in fields.items() if v is not None})
-            job.progress = state
-            job.progress_dirty = True
-
-        return sink
 
     def _hold_s(self) -> float:
         s = self.settings
@@ -275,10 +192,12 @@ class Worker:
             row.actor: row.result_ttl.total_seconds() if row.result_ttl is not None else None
             for row in rows
         }
-        self._check_dependencies()
-        if self._di is not None:
-            self._container = self._di.container()
-        await self._bootstrap_rate_limits()
+        self.deps.open(self.actors.values())
+        await self.limits.boot(self.actors.values())
+        if self.limits.active:
+            self.dispatcher.env.acquire = self.limits.acquire
+            self.dispatcher.env.release = self.limits.release
+            self.heartbeat.renew_slots = True
         self._log.info(
             "worker-started",
             queues=list(s.queues),
@@ -286,78 +205,6 @@ class Worker:
             actors=sorted(self.actors),
             pid=os.getpid(),
         )
-
-    def _check_dependencies(self) -> None:
-        """Fail the boot (not the first job) when an actor's dependency has no provider.
-
-        An unsealed registry is validated (and sealed) here. A sync actor declaring a
-        LOOP-scoped dependency gets a WARNING: loop-bound clients are not thread-safe.
-        """
-        needy = [ref for ref in self.actors.values() if ref.dependencies]
-        if self._di is None:
-            if needy:
-                dep = next(iter(needy[0].dependencies.values()))
-                raise MissingProvider(dep, needy[0].name)
-            return
-        if not self._di.sealed:
-            self._di.validate(actors=self.actors.values())
-        for ref in needy:
-            for name, dep in ref.dependencies.items():
-                if _scope_of(self._di, dep) is None:
-                    raise MissingProvider(dep, ref.name)
-                if ref.is_sync and _scope_of(self._di, dep) is Scope.LOOP:
-                    self._log.warning(
-                        "worker-sync-actor-loop-dependency",
-                        actor=ref.name,
-                        parameter=name,
-                        dependency=dep.__qualname__,
-                    )
-
-    async def _bootstrap_rate_limits(self) -> None:
-        """Register actor-declared primitives, sync their slots, and set up queue caps.
-
-        A queue with ``queues.max_concurrent`` gets a ``taskq:global:queue:{queue}``
-        reservation every job on it acquires first. A failure here crashes the boot: a
-        cap registered without its slot rows would deny every dispatch on that queue.
-        """
-        from taskq.ratelimit import ConcurrencyReservation, SlidingWindow, TokenBucket, sync_slots
-        from taskq.ratelimit import registry as default_registry
-        from taskq.ratelimit.refs import queue_concurrency_reservation_name
-
-        refs = list(self.actors.values())
-        uses_limits = any(ref.rate_limits or ref.reservations for ref in refs)
-        if uses_limits and self._rl is None:
-            self._rl = default_registry
-        declared = [
-            item
-            for ref in refs
-            for item in (*ref.rate_limits, *ref.reservations)
-            if isinstance(item, TokenBucket | SlidingWindow | ConcurrencyReservation)
-        ]
-        for item in declared:
-            self._rl.register(item)
-        slots = [i for i in declared if isinstance(i, ConcurrencyReservation)]
-        async with transaction(self.engine, readonly=True) as conn:
-            caps = (await conn.execute(wq.queue_caps(self.settings.queues))).all()
-        for queue, max_concurrent in caps:
-            reservation = ConcurrencyReservation(
-                queue_concurrency_reservation_name(queue),
-                slots=int(max_concurrent),
-                lease=self.settings.lock_lease,
-                schema=self.settings.schema_name,
-            )
-            self._queue_caps[queue] = reservation
-            slots.append(reservation)
-        if slots:
-            await sync_slots(slots, pool=self.engine, schema=self.settings.schema_name)
-        if uses_limits and self.settings.redis_url and any(ref.rate_limits for ref in refs):
-            from redis.asyncio import Redis
-
-            self._redis = Redis.from_url(self.settings.redis_url)
-        if uses_limits or self._queue_caps:
-            self.dispatcher.env.acquire = self._acquire
-            self.dispatcher.env.release = self._release
-            self.heartbeat.renew_slots = True
 
     # -- loops ----------------------------------------------------------------------
 
@@ -373,10 +220,7 @@ class Worker:
         interval = self.settings.sweep_interval.total_seconds()
         while True:
             await asyncio.sleep(interval)
-            evict = getattr(self._rl, "evict_idle_keyed_rate_limits", None)
-            if callable(evict):
-                with contextlib.suppress(Exception):
-                    evict()
+            self.limits.evict_idle()
             if not self.leader.is_leader:
                 continue
             try:
@@ -386,25 +230,9 @@ class Worker:
 
     async def _progress_loop(self) -> None:
         interval = self.settings.progress_flush_interval.total_seconds()
-        stmt = wq.flush_progress(self.worker_id)
         while True:
             await asyncio.sleep(interval)
-            dirty = [j for j in self.dispatcher.running.values() if j.progress_dirty]
-            if not dirty:
-                continue
-            for job in dirty:
-                job.progress_dirty = False
-            try:
-                async with transaction(self.engine) as conn:
-                    await conn.execute(
-                        stmt,
-                        [
-                            {"b_id": j.id, "b_attempt": j.attempt, "b_progress": j.progress}
-                            for j in dirty
-                        ],
-                    )
-            except (DBAPIError, SQLAlchemyError, OSError) as exc:
-                self._log.warning("worker-progress-flush-failed", error=str(exc))
+            await self.progress.flush(list(self.dispatcher.running.values()))
 
     def _spawn(self, coro: Awaitable[None], name: str) -> None:
         task = asyncio.ensure_future(coro)
@@ -534,13 +362,11 @@ class Worker:
             async with transaction(self.engine) as conn:
                 await conn.execute(wq.finish_worker(self.engine.dialect.name, self.worker_id))
         await self.dispatcher.completer.wait_hooks(1.0)
-        if self._container is not None:
-            with contextlib.suppress(Exception):
-                await self._container.aclose()
+        await self.deps.close()
         await self.dispatcher.close()
-        if self._redis is not None:
-            with contextlib.suppress(Exception):
-                await self._redis.aclose()
+        await self.limits.close()
+        with contextlib.suppress(Exception):
+            await self.progress.close()
         if self._own_engine:
             await self.engine.dispose()
 

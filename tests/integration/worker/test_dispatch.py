@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -251,3 +252,36 @@ async def test_fair_queue_shares_a_round_between_actors(
     flood_starts = sorted(recorded[str(h.job_id)][0][3] for h in flood)
     # Strict FIFO would start all eight older flood jobs first (two full rounds of 4).
     assert other_start < flood_starts[4]
+
+
+async def test_progress_is_published_to_redis(
+    engine: AsyncEngine, engine_url: str | URL, redis_url: str
+) -> None:
+    from redis.asyncio import Redis
+
+    from taskq.worker.progress import progress_channel
+
+    client = JobsClient(SqlBackend(engine))
+    handle = await client.enqueue(basic.with_progress, basic.Echo(value=1))
+    redis = Redis.from_url(redis_url)
+    pubsub = redis.pubsub()
+    await pubsub.subscribe(progress_channel(handle.job_id))
+    states: list[dict[str, Any]] = []
+    try:
+        settings = worker_settings(engine_url, redis_url=redis_url)
+        async with running_worker(settings, ACTORS):
+
+            async def final_state_seen() -> bool:
+                message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.1)
+                if message is not None:
+                    states.append(json.loads(message["data"]))
+                return bool(states) and states[-1]["state"].get("percent") == 100.0
+
+            await wait_until(final_state_seen, timeout=20)
+    finally:
+        await pubsub.aclose()
+        await redis.aclose()
+    seqs = [m["seq"] for m in states]
+    assert seqs == sorted(seqs)
+    assert len(set(seqs)) == len(seqs)
+    assert states[-1]["state"] == {"step": 2, "percent": 100.0, "detail": "half"}
