@@ -17,7 +17,7 @@ from sqlalchemy import Engine, event, func, literal_column, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError
-from sqlalchemy.pool import ConnectionPoolEntry, NullPool, StaticPool
+from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
 from sqlalchemy.sql.elements import ColumnElement
 
 from taskq.exceptions import SchemaNotReady
@@ -115,7 +115,18 @@ def engine_options(url: str | URL, settings: TaskQSettings) -> dict[str, Any]:
     elif _sqlite_memory(u):
         options.update(poolclass=StaticPool, connect_args={"check_same_thread": False})
     else:
-        options.update(poolclass=NullPool, connect_args={"check_same_thread": False})
+        # Keep connections open: opening one (and, under aiosqlite, its thread) plus the
+        # PRAGMAs of install_sqlite_hooks costs more than an enqueue; with NullPool a
+        # single enqueue ran at ~80/s, pooled at ~700/s. Pooled connections hold no lock or
+        # read snapshot between transactions (the pool rolls back on return), so keeping
+        # them open changes nothing for other processes on the file. No overflow limit:
+        # like NullPool, a burst never waits for a pooled connection (a checkout that
+        # waited on the pool while the holders wait on the write lock could stall).
+        options.update(
+            pool_size=settings.pool_size,
+            max_overflow=-1,
+            connect_args={"check_same_thread": False},
+        )
     return options
 
 
