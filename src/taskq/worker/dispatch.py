@@ -30,6 +30,7 @@ from taskq.settings import WorkerSettings
 from taskq.worker.execute import AttemptEnv, execute
 from taskq.worker.outcomes import Completer
 from taskq.worker.state import Outcome, RunningJob
+from taskq.worker.telemetry import attempt_span, mark_span, record_completed
 
 __all__ = ["Dispatcher", "run_sync_actor_tracked"]
 
@@ -240,7 +241,10 @@ class Dispatcher:
 
     async def _run_job(self, job: RunningJob) -> None:
         try:
-            outcome = await execute(job, self.env)
+            with attempt_span(job.row, job.ref.name) as span:
+                job.span = span
+                outcome = await execute(job, self.env)
+                mark_span(span, outcome.kind, outcome.error_class)
         except BaseException as exc:  # a bug in the worker itself: never lose the row
             _log.exception("worker-execute-crashed", job_id=str(job.id), actor=job.ref.name)
             outcome = Outcome(
@@ -253,6 +257,7 @@ class Dispatcher:
             self.lingering.add(job)
             asyncio.get_running_loop().create_task(self._reap(job))
         if not job.detached:
+            record_completed(job.ref.name, outcome.kind, time.monotonic() - job.claimed_mono)
             self.completer.submit(outcome)
 
     async def _reap(self, job: RunningJob) -> None:

@@ -98,6 +98,7 @@ def _build_ctx(job: RunningJob, payload: Any, env: AttemptEnv) -> JobContext[Any
         worker_id=job.worker_id,
         payload=payload,
         jobs=env.sub_jobs,
+        span=job.span,
         cancel_event=job.cancel_event,
         progress_sink=env.progress_sink(job) if env.progress_sink is not None else None,
         _abort=job.abort_flag,

@@ -49,6 +49,7 @@ class RunningJob:
     forced: bool = False
     detached: bool = False
     progress: dict[str, Any] | None = None
+    span: Any = None
     progress_dirty: bool = False
 
     @property

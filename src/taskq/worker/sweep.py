@@ -21,6 +21,7 @@ from taskq.db.engine import transaction
 from taskq.db.queries import dispatch as dq
 from taskq.db.queries import worker as wq
 from taskq.worker.cancel import CANCEL_ABANDONED
+from taskq.worker.telemetry import record_reclaimed
 
 __all__ = ["Sweeper"]
 
@@ -80,6 +81,7 @@ class Sweeper:
                             "b_traceback": None,
                         }
                     )
+                    record_reclaimed(row.actor, status)
                     _log.warning(
                         "job-reclaimed",
                         job_id=str(row.id),

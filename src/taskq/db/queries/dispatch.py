@@ -69,6 +69,7 @@ CLAIM_COLUMNS: Final = (
     jobs.c.started_at,
     jobs.c.cancel_phase,
     jobs.c.progress_seq,
+    jobs.c.trace_context,
 )
 """What a claim returns: everything one attempt needs, so execution reads nothing else."""
 

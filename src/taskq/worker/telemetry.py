@@ -1,0 +1,84 @@
+"""OpenTelemetry for the worker: a span per attempt, and the job metrics.
+
+The attempt span (``taskq.attempt``) is a child of the trace context stored on the job
+row at enqueue, so a job's work shows up under the request that enqueued it. Metrics:
+``taskq.jobs.completed{actor,status}``, ``taskq.job.duration{actor}`` (seconds) and
+``taskq.jobs.reclaimed{actor,disposition}``. Without the ``otel`` extra everything here
+is a no-op; with the API but no SDK configured, OpenTelemetry's own no-op objects apply.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["attempt_span", "record_completed", "record_reclaimed"]
+
+try:
+    from opentelemetry import metrics, trace
+    from opentelemetry.propagate import extract
+    from opentelemetry.trace import Status, StatusCode
+except ImportError:  # pragma: no cover - the otel extra is optional
+    trace = None  # type: ignore[assignment]
+
+if trace is not None:
+    _tracer = trace.get_tracer("taskq.worker")
+    _meter = metrics.get_meter("taskq.worker")
+    _completed = _meter.create_counter("taskq.jobs.completed", description="Attempts ended")
+    _duration = _meter.create_histogram("taskq.job.duration", unit="s", description="Attempt time")
+    _reclaimed = _meter.create_counter("taskq.jobs.reclaimed", description="Expired leases swept")
+
+
+@contextlib.contextmanager
+def attempt_span(row: dict[str, Any], actor: str) -> Iterator[Any]:
+    """A ``taskq.attempt`` span around one attempt, parented by the enqueuer's context."""
+    if trace is None or isinstance(
+        trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider
+    ):
+        yield None  # no SDK configured: skip even OpenTelemetry's no-op span machinery
+        return
+    carrier = row.get("trace_context")
+    parent = extract(carrier) if carrier else None
+    attributes: dict[str, str | int] = {
+        "taskq.job_id": str(row["id"]),
+        "taskq.actor": actor,
+        "taskq.queue": str(row.get("queue")),
+        "taskq.attempt": int(row["attempt"]),
+    }
+    with _tracer.start_as_current_span(
+        "taskq.attempt", context=parent, attributes=attributes, record_exception=False
+    ) as span:
+        yield span
+
+
+def mark_span(span: Any, kind: str, error_class: str | None) -> None:
+    """Stamp the attempt's outcome on its span (error status for failures)."""
+    if span is None or trace is None:
+        return
+    span.set_attribute("taskq.outcome", kind)
+    if error_class is not None:
+        span.set_attribute("taskq.error_class", error_class)
+    if kind in ("failed", "retry"):
+        span.set_status(Status(StatusCode.ERROR, error_class or ""))
+
+
+def record_completed(actor: str, status: str, seconds: float | None) -> None:
+    """Count one ended attempt (and its duration when known)."""
+    if trace is None or not _metrics_on():
+        return
+    _completed.add(1, {"actor": actor, "status": status})
+    if seconds is not None:
+        _duration.record(seconds, {"actor": actor})
+
+
+def record_reclaimed(actor: str, disposition: str) -> None:
+    """Count one row the sweep took back from a worker presumed dead."""
+    if trace is not None and _metrics_on():
+        _reclaimed.add(1, {"actor": actor, "disposition": disposition})
+
+
+def _metrics_on() -> bool:
+    # The API hands out a private proxy until an SDK MeterProvider is installed.
+    provider = metrics.get_meter_provider()
+    return type(provider).__name__ not in ("_ProxyMeterProvider", "NoOpMeterProvider")
