@@ -97,7 +97,7 @@ def _build_ctx(job: RunningJob, payload: Any, env: AttemptEnv) -> JobContext[Any
         attempt=job.attempt,
         worker_id=job.worker_id,
         payload=payload,
-        jobs=env.sub_jobs,
+        jobs=env.sub_jobs(job) if env.sub_jobs is not None else None,
         span=job.span,
         cancel_event=job.cancel_event,
         progress_sink=env.progress_sink(job) if env.progress_sink is not None else None,

@@ -16,7 +16,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 from uuid import UUID
 
@@ -42,7 +42,8 @@ from taskq.worker.notify import Listener
 from taskq.worker.progress import Progress
 from taskq.worker.resources import Dependencies, Limits
 from taskq.worker.shutdown import WATCHDOG_TAIL_S, Phase, ShutdownState, Watchdog
-from taskq.worker.state import Outcome
+from taskq.worker.state import Outcome, RunningJob
+from taskq.worker.subjobs import SubJobs
 from taskq.worker.sweep import Sweeper
 
 __all__ = ["Worker", "configure_logging", "resolve_actors", "worker_main"]
@@ -149,13 +150,12 @@ class Worker:
             hold_s=self._hold_s,
         )
 
-    def _sub_jobs(self) -> Any:
-        try:
-            from taskq.backends.sql import SqlBackend
-            from taskq.client import JobsClient
-        except ImportError:  # pragma: no cover - the producer side is part of the package
-            return None
-        return JobsClient(SqlBackend(self.engine, settings=self.settings), settings=self.settings)
+    def _sub_jobs(self) -> Callable[[RunningJob], SubJobs]:
+        from taskq.backends.sql import SqlBackend
+        from taskq.client import JobsClient
+
+        client = JobsClient(SqlBackend(self.engine, settings=self.settings), settings=self.settings)
+        return lambda job: SubJobs(client, job.id)
 
     def _hold_s(self) -> float:
         s = self.settings

@@ -204,6 +204,14 @@ async def mutex(payload: Work, ctx: JobContext[Work]) -> None:
     _record(ctx.job_id, ctx.attempt, os.getpid(), "end", repr(time.time()))
 
 
+@actor(name="e2e_fan_out")
+async def fan_out(payload: Echo, ctx: JobContext[Echo]) -> None:
+    """Enqueues ``value`` echo sub-jobs through ``ctx.jobs``."""
+    assert ctx.jobs is not None
+    for i in range(payload.value):
+        await ctx.jobs.enqueue(echo, Echo(value=i), priority=1)
+
+
 @actor(name="e2e_scoped")
 def scoped(payload: Echo, *, session: Session, client: ThreadLocalClient) -> EchoResult:
     """Checks its TRANSIENT dependency is still open and its THREAD one is this thread's."""
@@ -237,6 +245,7 @@ registry: dict[str, Any] = {
         echo,
         record,
         slow_first,
+        fan_out,
         sleep_async,
         cooperative_async,
         sync_polling,

@@ -285,3 +285,20 @@ async def test_progress_is_published_to_redis(
     assert seqs == sorted(seqs)
     assert len(set(seqs)) == len(seqs)
     assert states[-1]["state"] == {"step": 2, "percent": 100.0, "detail": "half"}
+
+
+async def test_sub_jobs_are_enqueued_with_their_parent(
+    engine: AsyncEngine, engine_url: str | URL
+) -> None:
+    client = JobsClient(SqlBackend(engine))
+    parent = await client.enqueue(basic.fan_out, basic.Echo(value=3))
+    async with running_worker(worker_settings(engine_url), ACTORS):
+
+        async def children_done() -> bool:
+            async with engine.connect() as conn:
+                stmt = select(jobs.c.status).where(jobs.c.parent_job_id == parent.job_id)
+                statuses = list((await conn.execute(stmt)).scalars())
+            return len(statuses) == 3 and set(statuses) == {"succeeded"}
+
+        await wait_until(children_done)
+    assert (await _row(engine, parent.job_id)).status == "succeeded"
