@@ -10,6 +10,7 @@ import asyncio
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -300,7 +301,7 @@ async def _count_status(engine: AsyncEngine, status: str, n: int) -> bool:
 
 def test_python_m_worker_rejects_a_bad_target(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [os.sys.executable, "-m", "taskq.worker", "no_colon_here"],  # type: ignore[attr-defined]
+        [sys.executable, "-m", "taskq.worker", "no_colon_here"],
         capture_output=True,
         check=False,
     )
@@ -349,3 +350,22 @@ async def test_second_signal_escalates_and_a_live_thread_keeps_its_row_held(
 
 async def _logged(path: Path, needle: str) -> bool:
     return needle in await asyncio.to_thread(path.read_text)
+
+
+def test_worker_on_an_unmigrated_store_says_what_to_run(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "taskq.worker",
+            "tests.e2e.apps.basic:registry",
+            "--database-url",
+            f"sqlite:///{tmp_path / 'empty.db'}",
+        ],
+        capture_output=True,
+        check=False,
+        cwd=Path(__file__).resolve().parents[2],
+        timeout=60,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert b"taskq migrate up" in proc.stderr

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from taskq.cli.options import database_options
-from taskq.exceptions import ConfigurationError
+from taskq.exceptions import ConfigurationError, MissingProvider, SchemaNotReady
 from taskq.settings import WorkerSettings
 
 
@@ -77,4 +77,8 @@ def worker(
     except ConfigurationError as exc:
         raise click.UsageError(str(exc)) from None
     registry = load_target(target)
-    sys.exit(worker_main(settings=settings, actor_registry=registry))
+    try:
+        code = worker_main(settings=settings, actor_registry=registry)
+    except (SchemaNotReady, MissingProvider) as exc:
+        raise click.ClickException(str(exc)) from None
+    sys.exit(code)

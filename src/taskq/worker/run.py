@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
@@ -327,6 +328,8 @@ class Worker:
         self._log.info("worker-stopped", lingering_threads=len(d.lingering))
         if alive and self.hard_exit:
             # Executor threads are non-daemon: a normal exit would wait for them forever.
+            sys.stdout.flush()
+            sys.stderr.flush()
             os._exit(0)
         watchdog.disarm()
         return 0

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -126,4 +127,6 @@ class Watchdog:
             return
         reason = self._reason()
         _log.error("worker-watchdog-exit", reason=reason)
+        sys.stdout.flush()
+        sys.stderr.flush()
         os._exit(WATCHDOG_EXIT_CODE)
