@@ -7,7 +7,6 @@ Each test keeps well under a minute: the fleet sizes are chosen to exercise the 
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 import sys
