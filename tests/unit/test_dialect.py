@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import sqlite3
 from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import OperationalError
 
@@ -99,3 +100,30 @@ def test_utc_datetime_type() -> None:
 def test_every_table_is_unqualified() -> None:
     """The schema comes from schema_translate_map, never from the table definitions."""
     assert all(t.schema is None for t in tables.metadata.sorted_tables)
+
+
+@pytest.mark.engine("sqlite")
+def test_sqlite_file_connections_are_pooled_and_set_up_once(tmp_path: Any) -> None:
+    """A file engine keeps its connections (WAL, busy timeout, BEGIN IMMEDIATE each time).
+
+    Opening a SQLite connection and running the setup PRAGMAs cost more than an enqueue,
+    so they are pooled; overflow is unlimited so no caller ever waits for the pool.
+    """
+    from taskq_sync.db.engine import make_engine
+
+    options = dialect.engine_options("sqlite:///x.db", TaskQSettings.load(pool_size=4))
+    assert options["pool_size"] == 4
+    assert options["max_overflow"] == -1
+    assert "poolclass" not in options
+    engine = make_engine(f"sqlite:///{tmp_path / 'p.db'}")
+    connects: list[int] = []
+    event.listen(engine, "connect", lambda *_: connects.append(1))
+    try:
+        for _ in range(5):
+            with engine.begin() as conn:
+                assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+                assert conn.execute(text("PRAGMA busy_timeout")).scalar() == 30_000
+                assert conn.connection.dbapi_connection.in_transaction  # BEGIN IMMEDIATE
+        assert len(connects) == 1
+    finally:
+        engine.dispose()
