@@ -93,6 +93,9 @@ def quickstart(database_url: str, as_json: bool) -> None:
     except WorkerStopped as exc:
         click.echo(f"interrupted: {exc}", err=True)
         sys.exit(130)
+    except KeyboardInterrupt:  # Ctrl-C before the worker (and its signal handlers) started
+        click.echo("interrupted", err=True)
+        sys.exit(130)
     except TimeoutError as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
