@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.util import greenlet_spawn
 
 from taskq._acompat import ASYNC
 from taskq.db.dialect import translate_error
@@ -118,52 +119,63 @@ async def _pg_take(
     ``take`` updates nothing when there is no row; ``first`` then creates it (and decides),
     unless a concurrent first acquirer won the insert, in which case ``take`` runs again.
     """
+    if ac.engine.dialect.driver != "psycopg":  # pragma: no cover - taskq always uses psycopg 3
+        return await _pg_take_core(ac, take, first, params)
+    # The pool's own connection, used through psycopg directly: SQLAlchemy's Connection
+    # (its autocommit switch on checkout and return, its execution context and result
+    # wrapper, each a greenlet switch in asyncio) cost more than the statement itself.
+    # The pool's checkout hooks (the idle ping) still run.
+    fairy = await ac.engine.raw_connection()
+    driver: Any = fairy.driver_connection
+    sql = ""
+    sent: dict[str, Any] = {}
     try:
-        # Not ``async with``: its exit shields the close in a new task (two more event
-        # loop turns per acquire). The close does no I/O in the common case (the pool
-        # resets an idle autocommit connection locally), so it is not left half done.
-        conn = await ac.autocommit.connect()
-        try:
-            row = await _fetch_one(conn, *ac.statement(take, params))
+        await driver.set_autocommit(True)
+        sql, sent = ac.statement(take, params)
+        row = await (await driver.execute(sql, sent)).fetchone()
+        while row is None:
+            sql, sent = ac.statement(first, params)
+            row = await (await driver.execute(sql, sent)).fetchone()
+            if row is None:
+                sql, sent = ac.statement(take, params)
+                row = await (await driver.execute(sql, sent)).fetchone()
+        await driver.set_autocommit(False)
+    except BaseException as exc:
+        # Whatever went wrong (a dead connection, a cancelled task with a reply unread,
+        # an autocommit switch left on), this connection must not serve anyone else.
+        if ASYNC:
+            await greenlet_spawn(fairy.invalidate)
+        else:
+            fairy.invalidate()
+        if isinstance(exc, psycopg.Error):
+            error = DBAPIError.instance(sql, sent, exc, psycopg.Error, dialect=ac.engine.dialect)
+            raise translate_error(error) from exc
+        raise
+    finally:
+        if ASYNC:
+            await greenlet_spawn(fairy.close)
+        else:
+            fairy.close()
+    return tuple(row)
+
+
+async def _pg_take_core(
+    ac: PgAutocommit, take: Any, first: Any, params: dict[str, Any]
+) -> tuple[Any, ...]:
+    """:func:`_pg_take` through SQLAlchemy's Connection (a driver other than psycopg)."""
+    try:
+        async with ac.autocommit.connect() as conn:
+            row = (await conn.exec_driver_sql(*ac.statement(take, params))).first()
             while row is None:
-                row = await _fetch_one(conn, *ac.statement(first, params))
+                row = (await conn.exec_driver_sql(*ac.statement(first, params))).first()
                 if row is None:
-                    row = await _fetch_one(conn, *ac.statement(take, params))
+                    row = (await conn.exec_driver_sql(*ac.statement(take, params))).first()
             return tuple(row)
-        finally:
-            await conn.close()
     except DBAPIError as exc:
         translated = translate_error(exc)
         if translated is exc:
             raise
         raise translated from exc
-
-
-async def _fetch_one(conn: AsyncConnection, sql: str, params: dict[str, Any]) -> Any:
-    """Run ``sql`` on the psycopg connection SQLAlchemy checked out for ``conn``; first row.
-
-    ``exec_driver_sql`` would build an execution context and a result wrapper per call
-    (in asyncio, through greenlet switches): about a third of an acquire's client time.
-    Errors come out as SQLAlchemy would raise them: a dead connection is handed back to
-    SQLAlchemy, which invalidates it and raises ``DBAPIError(connection_invalidated=True)``;
-    any other driver error is wrapped in its ``DBAPIError`` subclass.
-    """
-    if conn.dialect.driver != "psycopg":  # pragma: no cover - taskq always uses psycopg 3
-        return (await conn.exec_driver_sql(sql, params)).first()
-    driver: Any
-    if ASYNC:
-        sync_conn = conn.sync_connection
-        assert sync_conn is not None  # started by ``async with engine.connect()``
-        driver = sync_conn.connection.driver_connection
-    else:
-        driver = conn.connection.driver_connection
-    try:
-        cursor = await driver.execute(sql, params)
-        return await cursor.fetchone()
-    except psycopg.Error as exc:
-        if driver.closed or driver.broken:
-            await conn.exec_driver_sql(";")  # SQLAlchemy meets the dead connection: raises
-        raise DBAPIError.instance(sql, params, exc, psycopg.Error, dialect=conn.dialect) from exc
 
 
 async def sql_token_bucket(

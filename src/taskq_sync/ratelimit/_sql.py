@@ -108,44 +108,51 @@ def _pg_take(ac: PgAutocommit, take: Any, first: Any, params: dict[str, Any]) ->
     ``take`` updates nothing when there is no row; ``first`` then creates it (and decides),
     unless a concurrent first acquirer won the insert, in which case ``take`` runs again.
     """
+    if ac.engine.dialect.driver != "psycopg":
+        return _pg_take_core(ac, take, first, params)
+    fairy = ac.engine.raw_connection()
+    driver: Any = fairy.driver_connection
+    sql = ""
+    sent: dict[str, Any] = {}
     try:
-        conn = ac.autocommit.connect()
-        try:
-            row = _fetch_one(conn, *ac.statement(take, params))
+        driver.set_autocommit(True)
+        sql, sent = ac.statement(take, params)
+        row = driver.execute(sql, sent).fetchone()
+        while row is None:
+            sql, sent = ac.statement(first, params)
+            row = driver.execute(sql, sent).fetchone()
+            if row is None:
+                sql, sent = ac.statement(take, params)
+                row = driver.execute(sql, sent).fetchone()
+        driver.set_autocommit(False)
+    except BaseException as exc:
+        fairy.invalidate()
+        if isinstance(exc, psycopg.Error):
+            error = DBAPIError.instance(sql, sent, exc, psycopg.Error, dialect=ac.engine.dialect)
+            raise translate_error(error) from exc
+        raise
+    finally:
+        fairy.close()
+    return tuple(row)
+
+
+def _pg_take_core(
+    ac: PgAutocommit, take: Any, first: Any, params: dict[str, Any]
+) -> tuple[Any, ...]:
+    """:func:`_pg_take` through SQLAlchemy's Connection (a driver other than psycopg)."""
+    try:
+        with ac.autocommit.connect() as conn:
+            row = conn.exec_driver_sql(*ac.statement(take, params)).first()
             while row is None:
-                row = _fetch_one(conn, *ac.statement(first, params))
+                row = conn.exec_driver_sql(*ac.statement(first, params)).first()
                 if row is None:
-                    row = _fetch_one(conn, *ac.statement(take, params))
+                    row = conn.exec_driver_sql(*ac.statement(take, params)).first()
             return tuple(row)
-        finally:
-            conn.close()
     except DBAPIError as exc:
         translated = translate_error(exc)
         if translated is exc:
             raise
         raise translated from exc
-
-
-def _fetch_one(conn: Connection, sql: str, params: dict[str, Any]) -> Any:
-    """Run ``sql`` on the psycopg connection SQLAlchemy checked out for ``conn``; first row.
-
-    ``exec_driver_sql`` would build an execution context and a result wrapper per call
-    (in asyncio, through greenlet switches): about a third of an acquire's client time.
-    Errors come out as SQLAlchemy would raise them: a dead connection is handed back to
-    SQLAlchemy, which invalidates it and raises ``DBAPIError(connection_invalidated=True)``;
-    any other driver error is wrapped in its ``DBAPIError`` subclass.
-    """
-    if conn.dialect.driver != "psycopg":
-        return conn.exec_driver_sql(sql, params).first()
-    driver: Any
-    driver = conn.connection.driver_connection
-    try:
-        cursor = driver.execute(sql, params)
-        return cursor.fetchone()
-    except psycopg.Error as exc:
-        if driver.closed or driver.broken:
-            conn.exec_driver_sql(";")
-        raise DBAPIError.instance(sql, params, exc, psycopg.Error, dialect=conn.dialect) from exc
 
 
 def sql_token_bucket(

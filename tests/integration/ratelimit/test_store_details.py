@@ -228,3 +228,67 @@ async def test_every_redis_client_shape_gets_the_same_decisions(
         assert decisions[2].request_id is None
     finally:
         await client.aclose()
+
+
+@pytest.mark.parametrize("flavour", ["async", "sync"])
+async def test_postgres_acquire_errors_and_dead_connections(
+    pg_url: Any, flavour: str, settings: TaskQSettings, unique_name: str
+) -> None:
+    """The one-statement Postgres acquire runs on the pool's psycopg connection directly:
+    a missing table still says "run migrate", a connection killed under the pool fails
+    one acquire (as a SQLAlchemy ``DBAPIError``) and is replaced, and a connection goes
+    back to the pool with autocommit off."""
+    from sqlalchemy.exc import DBAPIError
+
+    import taskq.ratelimit as arl
+    import taskq_sync.ratelimit as srl
+    from taskq.db.engine import make_engine as make_async
+    from taskq.exceptions import SchemaNotReady
+    from taskq_sync.db.engine import make_engine as make_sync
+
+    rl = arl if flavour == "async" else srl
+    make = make_async if flavour == "async" else make_sync
+    one = settings.model_copy(update={"pool_size": 1})
+    engine = make(pg_url, settings=one)
+    elsewhere = make(pg_url, settings=one.model_copy(update={"schema_name": "no_such_schema"}))
+    try:
+        tb = rl.TokenBucket(unique_name, capacity=5, refill_per_second=0, backend="postgres")
+        with pytest.raises(SchemaNotReady):
+            await call(tb.acquire(pg_pool=elsewhere))
+        assert (await call(tb.acquire(pg_pool=engine))).remaining == 4
+        async with aconnect(engine, autocommit=False) as conn:
+            autocommit = conn_driver(conn).autocommit
+        assert autocommit is False
+        killer = make(pg_url, settings=one)
+        async with aconnect(killer, autocommit=True) as kconn:
+            await call(
+                kconn.exec_driver_sql(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            )
+        await call(killer.dispose())
+        with pytest.raises(DBAPIError):
+            await call(tb.acquire(pg_pool=engine))
+        assert (await call(tb.acquire(pg_pool=engine))).remaining == 3
+    finally:
+        await call(engine.dispose())
+        await call(elsewhere.dispose())
+
+
+def conn_driver(conn: Any) -> Any:
+    """The psycopg connection under a SQLAlchemy connection (async or sync)."""
+    sync_conn = getattr(conn, "sync_connection", None) or conn
+    return sync_conn.connection.driver_connection
+
+
+@contextlib.asynccontextmanager
+async def aconnect(engine: Any, *, autocommit: bool) -> Any:
+    """``engine.connect()`` for an async or a sync engine, as one async context."""
+    bound = engine.execution_options(isolation_level="AUTOCOMMIT") if autocommit else engine
+    if hasattr(bound, "sync_engine"):
+        async with bound.connect() as conn:
+            yield conn
+    else:
+        with bound.connect() as conn:
+            yield conn
