@@ -98,43 +98,36 @@ def evalsha(
     """Run ``script`` with ``args`` (the key first): one ``EVALSHA``, reloading on ``NOSCRIPT``.
 
     ``command`` is the same call pre-encoded with the script's current ``sha`` (see
-    :func:`~taskq.ratelimit._lua.evalsha_command`); it is built here when not given.
+    :func:`~taskq.ratelimit._lua.evalsha_command`); it is built here when not given. On
+    the direct path (see the module doc) an error reply leaves the connection usable;
+    anything else (a dead connection, a timeout, a cancelled task with the reply still
+    unread) disconnects it before it goes back to the pool.
     """
     try:
-        if client.__class__ is _DIRECT_CLIENT and client.connection is None:
-            if command is None:
-                command = evalsha_command(script.sha, *args)
-            return _direct(client, command, ("EVALSHA", script.sha, b"1", *args))
-        return client.execute_command("EVALSHA", script.sha, b"1", *args)
+        if client.__class__ is not _DIRECT_CLIENT or client.connection is not None:
+            return client.execute_command("EVALSHA", script.sha, b"1", *args)
+        if command is None:
+            command = evalsha_command(script.sha, *args)
+        pool = client.connection_pool
+        conn = pool.get_connection()
+        try:
+            conn.send_packed_command((command,))
+            reply = conn.read_response()
+        except _REPLY_ERROR:
+            pool.release(conn)
+            raise
+        except REDIS_DOWN:
+            conn.disconnect()
+            pool.release(conn)
+            return client.execute_command("EVALSHA", script.sha, b"1", *args)
+        except BaseException:
+            conn.disconnect()
+            pool.release(conn)
+            raise
+        pool.release(conn)
+        return reply
     except NO_SCRIPT:
         return reload_and_run(client, script, args)
-
-
-def _direct(client: Any, command: bytes, args: tuple[Any, ...]) -> Any:
-    """Write ``command`` to a pooled connection and read the reply (see the module doc).
-
-    An error reply leaves the connection usable; anything else (a dead connection, a
-    timeout, a cancelled task with the reply still unread) disconnects it before it goes
-    back to the pool.
-    """
-    pool = client.connection_pool
-    conn = pool.get_connection()
-    try:
-        conn.send_packed_command((command,))
-        reply = conn.read_response()
-    except _REPLY_ERROR:
-        pool.release(conn)
-        raise
-    except REDIS_DOWN:
-        conn.disconnect()
-        pool.release(conn)
-        return client.execute_command(*args)
-    except BaseException:
-        conn.disconnect()
-        pool.release(conn)
-        raise
-    pool.release(conn)
-    return reply
 
 
 def fallback_engine(

@@ -292,3 +292,34 @@ async def aconnect(engine: Any, *, autocommit: bool) -> Any:
     else:
         with bound.connect() as conn:
             yield conn
+
+
+@pytest.mark.parametrize("flavour", ["async", "sync"])
+async def test_a_pooled_redis_connection_killed_by_the_server_is_replaced(
+    redis_url: str, unique_name: str, settings: TaskQSettings, flavour: str
+) -> None:
+    """The direct path drops a dead pooled connection and runs the command once more
+    through redis-py (its retry policy), so the caller sees a normal decision."""
+    import redis as sync_redis
+
+    import taskq_sync.ratelimit as srl
+
+    client: Any = (
+        aredis.Redis.from_url(redis_url)
+        if flavour == "async"
+        else sync_redis.Redis.from_url(redis_url)
+    )
+    admin = sync_redis.Redis.from_url(redis_url)
+    rl: Any = __import__("taskq.ratelimit", fromlist=["TokenBucket"]) if flavour == "async" else srl
+    try:
+        kw = {"redis_client": client, "settings": settings}
+        tb = rl.TokenBucket(unique_name, capacity=5, refill_per_second=0)
+        assert (await call(tb.acquire(**kw))).remaining == 4
+        own_id = await call(client.client_id())  # runs on the one pooled connection
+        admin.client_kill_filter(_id=own_id)
+        d = await call(tb.acquire(**kw))
+        assert d.allowed
+        assert d.remaining == 3
+    finally:
+        admin.close()
+        await call(client.aclose() if flavour == "async" else client.close())
