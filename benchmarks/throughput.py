@@ -105,7 +105,7 @@ def _spawn(url: str, concurrency: int, log: Path) -> subprocess.Popen[bytes]:
             "TASKQ_DATABASE_URL": url,
             "TASKQ_SCHEMA_NAME": "taskq",
             "TASKQ_MAX_CONCURRENCY": str(concurrency),
-            "TASKQ_CLAIM_BATCH_SIZE": str(concurrency),
+            "TASKQ_CLAIM_BATCH_SIZE": os.environ.get("BENCH_BATCH", str(max(1, concurrency // 2))),
             "TASKQ_POLL_INTERVAL": "0.2",
             "PYTHONPATH": str(ROOT),
         }

@@ -115,6 +115,7 @@ class Dispatcher:
         self._fifo: tuple[str, ...] = self._queues
         self._claim_cache: dict[tuple[Any, ...], Any] = {}
         self.claimed_total = 0
+        self._reserved = 0
 
     # -- claiming -------------------------------------------------------------------
 
@@ -180,18 +181,29 @@ class Dispatcher:
         return rows
 
     async def run(self) -> None:
-        """Claim and start jobs until :attr:`claiming` is switched off."""
+        """Claim and start jobs until :attr:`claiming` is switched off.
+
+        With room for at least two full batches, two claim loops run so that one claim's
+        round trip overlaps the next (their ``SKIP LOCKED`` scans never wait on each
+        other). Slots are reserved before a claim, so the two never overfill the worker.
+        """
+        loops = 2 if self.settings.max_concurrency >= 2 * self.settings.claim_batch_size else 1
+        await asyncio.gather(*(self._claim_loop(i) for i in range(loops)))
+
+    async def _claim_loop(self, index: int) -> None:
         batch = self.settings.claim_batch_size
         poll = self.settings.poll_interval.total_seconds()
         backoff = 0.05
         while self.claiming:
-            free = self.settings.max_concurrency - len(self.running)
-            if free <= 0:
+            free = self.settings.max_concurrency - len(self.running) - self._reserved
+            if free <= 0 or (index > 0 and self._capped):
+                # A second loop would double-count the per-round max_concurrent residual.
                 self.slot_freed.clear()
-                await self._wait(self.slot_freed, None)
+                await self._wait(self.slot_freed, None if index == 0 else poll)
                 continue
             want = min(free, batch)
             self.wake.clear()
+            self._reserved += want
             try:
                 rows = await self.claim(want)
             except (DBAPIError, SQLAlchemyError, OSError) as exc:
@@ -199,6 +211,8 @@ class Dispatcher:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
                 continue
+            finally:
+                self._reserved -= want
             backoff = 0.05
             if not self.claiming:
                 # Shutdown began during the claim: run nothing, hand the rows back.
