@@ -90,6 +90,8 @@ def _timeout_s(job: RunningJob, env: AttemptEnv) -> float | None:
 
 def _build_ctx(job: RunningJob, payload: Any, env: AttemptEnv) -> JobContext[Any]:
     ref = job.ref
+    if env.sub_jobs is not None:
+        job.sub_jobs = env.sub_jobs(job)
     ctx: JobContext[Any] = JobContext(
         job_id=job.id,
         actor=ref.name,
@@ -97,7 +99,7 @@ def _build_ctx(job: RunningJob, payload: Any, env: AttemptEnv) -> JobContext[Any
         attempt=job.attempt,
         worker_id=job.worker_id,
         payload=payload,
-        jobs=env.sub_jobs(job) if env.sub_jobs is not None else None,
+        jobs=job.sub_jobs,
         span=job.span,
         cancel_event=job.cancel_event,
         progress_sink=env.progress_sink(job) if env.progress_sink is not None else None,

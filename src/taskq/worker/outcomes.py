@@ -212,6 +212,10 @@ class Completer:
             error_class=outcome.error_class,
         )
         self._on_written(outcome)
+        subs = job.sub_jobs
+        if subs is not None and subs.buffer and outcome.kind == "succeeded":
+            # Transactional sub-jobs: replayed only now that the success is durable.
+            self._spawn(subs.flush_after_success(job.attempt))
         if ref.on_success is None and ref.on_retry_exhausted is None and ref.on_cancel is None:
             return
         row = {**job.row, "status": outcome.row_status, "error_class": outcome.error_class}

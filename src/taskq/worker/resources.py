@@ -15,7 +15,7 @@ from typing import Any
 from uuid import UUID
 
 import structlog
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from taskq.actor import ActorRef
 from taskq.db.engine import transaction
@@ -69,6 +69,13 @@ class Dependencies:
                         dependency=dep.__qualname__,
                     )
         self._container = self._registry.container()
+
+    @property
+    def loop_connection(self) -> bool:
+        """True when an ``AsyncConnection`` is registered at ``Scope.LOOP``: the signal that
+        turns on transactional sub-jobs (a pool or engine registration does not)."""
+        provider = self._registry.get(AsyncConnection) if self._registry is not None else None
+        return provider is not None and provider.scope is Scope.LOOP
 
     @contextlib.asynccontextmanager
     async def scope(self, job: RunningJob) -> AsyncIterator[dict[str, object]]:

@@ -44,7 +44,7 @@ from taskq.worker.progress import Progress
 from taskq.worker.resources import Dependencies, Limits
 from taskq.worker.shutdown import WATCHDOG_TAIL_S, Phase, ShutdownState, Watchdog
 from taskq.worker.state import Outcome, RunningJob
-from taskq.worker.subjobs import SubJobs
+from taskq.worker.subjobs import AutonomousCounter, SubJobs
 from taskq.worker.sweep import Sweeper
 
 __all__ = ["Worker", "configure_logging", "resolve_actors", "worker_main"]
@@ -156,7 +156,22 @@ class Worker:
         from taskq.client import JobsClient
 
         client = JobsClient(SqlBackend(self.engine, settings=self.settings), settings=self.settings)
-        return lambda job: SubJobs(client, job.id)
+        loop_conn = self.deps.loop_connection
+        counter = AutonomousCounter(
+            reason="sync actor" if loop_conn else "no AsyncConnection registered at Scope.LOOP"
+        )
+
+        def make(job: RunningJob) -> SubJobs:
+            # Sync actors run in a thread, where the LOOP connection is unusable.
+            return SubJobs(
+                client,
+                job.id,
+                parent_actor=job.ref.name,
+                transactional=loop_conn and not job.ref.is_sync,
+                counter=counter,
+            )
+
+        return make
 
     def _hold_s(self) -> float:
         s = self.settings

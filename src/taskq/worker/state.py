@@ -51,6 +51,9 @@ class RunningJob:
     progress: dict[str, Any] | None = None
     span: Any = None
     progress_dirty: bool = False
+    sub_jobs: Any = None
+    """This attempt's ``ctx.jobs`` (a :class:`taskq.worker.subjobs.SubJobs`), kept so the
+    completer can replay its buffered children once the success has committed."""
 
     @property
     def cancel_event(self) -> asyncio.Event:
