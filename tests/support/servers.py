@@ -665,3 +665,31 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def restart_postgres(server: Server) -> None:
+    """Restart a PostgreSQL server we started (``pg_ctl restart -m fast``), same port and data.
+
+    Every client connection is dropped, exactly as in a production restart. The new
+    postmaster's pid replaces the old one in memory and in the run record, so ``stop`` and
+    the sweep still find it.
+    """
+    if server.bindir is None or server.rundir is None or server.pid is None:
+        raise ProvisioningError("only a server started by this module can be restarted")
+    data = server.rundir / "data"
+    ctl = [*_as_pg_user(), str(server.bindir / "pg_ctl"), "-D", str(data)]
+    ctl += ["-m", "fast", "-w", "-t", "60", "-l", str(server.rundir / "server.log"), "restart"]
+    _run(ctl, "pg_ctl restart")
+    _RUNNING.pop(server.pid, None)
+    if server.record is not None:
+        server.record.unlink(missing_ok=True)
+    server.pid = int((data / "postmaster.pid").read_text().split()[0])
+    _register(server)
+
+
+def system_postgres_bindir() -> Path:
+    """The bin directory of this machine's PostgreSQL (for private clusters of the system version)."""
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
+    if not found:
+        raise ProvisioningError("no PostgreSQL binaries under /usr/lib/postgresql")
+    return found[-1].parent
