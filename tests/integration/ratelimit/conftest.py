@@ -18,11 +18,14 @@ from typing import Any, TypeVar
 import pytest
 import redis
 import redis.asyncio as aredis
+from sqlalchemy import select, text, type_coerce
 from sqlalchemy.engine import URL
 
 import taskq.ratelimit as async_rl
 import taskq_sync.ratelimit as sync_rl
+from taskq.db import dialect as db_dialect
 from taskq.db.engine import make_engine as make_async_engine
+from taskq.db.types import UTCDateTime
 from taskq.settings import TaskQSettings
 from taskq.testing.clock import FakeClock
 from taskq_sync.db.engine import make_engine as make_sync_engine
@@ -62,6 +65,46 @@ class Env:
             await asyncio.sleep(seconds)
         else:
             self.clock.advance(seconds)
+
+    async def lapse_slots(self, name: str, seconds: float) -> None:
+        """Let ``seconds`` pass for the leases of reservation ``name``, without waiting.
+
+        Memory: the FakeClock. The SQL stores read their own clock, so their slot rows'
+        ``lease_expires_at`` are moved ``seconds`` earlier instead (the same thing as far
+        as every comparison with the store's clock is concerned). A test can so use a
+        lease far longer than any scheduling delay and still watch it lapse at once.
+        """
+        if self.store == "memory":
+            self.clock.advance(seconds)
+            return
+        if self.engine.dialect.name == "postgresql":
+            stmt = text(
+                "UPDATE taskq.reservation_slots SET lease_expires_at = lease_expires_at "
+                "- make_interval(secs => :seconds) WHERE name = :name"
+            )
+        else:
+            stmt = text(
+                "UPDATE reservation_slots SET lease_expires_at = strftime('%Y-%m-%d %H:%M:%f', "
+                "lease_expires_at, '-' || :seconds || ' seconds') WHERE name = :name"
+            )
+        params = {"name": name, "seconds": seconds}
+        if hasattr(self.engine, "sync_engine"):
+            async with self.engine.begin() as conn:
+                await conn.execute(stmt, params)
+        else:
+            with self.engine.begin() as conn:
+                conn.execute(stmt, params)
+
+    async def now(self) -> datetime:
+        """What the store's clock reads now: the FakeClock, or the SQL store's own clock."""
+        if self.store == "memory":
+            return self.clock.now()
+        stmt = select(type_coerce(db_dialect.now(self.engine.dialect.name), UTCDateTime()))
+        if hasattr(self.engine, "sync_engine"):
+            async with self.engine.connect() as conn:
+                return (await conn.execute(stmt)).scalar_one()  # type: ignore[no-any-return]
+        with self.engine.connect() as conn:
+            return conn.execute(stmt).scalar_one()  # type: ignore[no-any-return]
 
     @property
     def pool(self) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from datetime import timedelta
 from types import SimpleNamespace
@@ -14,6 +15,8 @@ from taskq.exceptions import ReservationUnavailable
 from tests.integration.ratelimit.conftest import Env, call
 
 pytestmark = pytest.mark.integration
+SLACK = timedelta(milliseconds=10)
+"""Real stores: clock granularity (SQLite counts milliseconds) around a real-time wait."""
 
 
 # -- TokenBucket ------------------------------------------------------------------------
@@ -35,20 +38,27 @@ async def test_token_bucket_starts_full_drains_and_fixed_quota_has_no_retry(
 
 
 async def test_token_bucket_refills_continuously(env: Env, unique_name: str) -> None:
-    # 5 tokens/s: a token per 200 ms, slow enough for a SQLite round trip (tens of ms)
-    tb = env.rl.TokenBucket(unique_name, capacity=2, refill_per_second=5, backend=env.backend)
+    # Real stores: a token per 2 s, far longer than three round trips take even on a loaded
+    # machine (a fast refill would refill the bucket between them: the denial would not come).
+    per_token = timedelta(seconds=2) if env.real_time else timedelta(milliseconds=200)
+    rate = 1 / per_token.total_seconds()
+    tb = env.rl.TokenBucket(unique_name, capacity=2, refill_per_second=rate, backend=env.backend)
+    started = time.monotonic()
     assert (await call(tb.acquire(**env.kw))).allowed
     assert (await call(tb.acquire(**env.kw))).allowed
     denied = await call(tb.acquire(**env.kw))
+    elapsed = timedelta(seconds=time.monotonic() - started)
     assert not denied.allowed
-    assert timedelta(0) < denied.retry_after <= timedelta(milliseconds=200)
+    assert timedelta(0) < denied.retry_after <= per_token
     if not env.real_time:
-        assert denied.retry_after == timedelta(milliseconds=200)
-        env.clock.advance(timedelta(milliseconds=199))
+        assert denied.retry_after == per_token
+        env.clock.advance(per_token - timedelta(milliseconds=1))
         assert not (await call(tb.acquire(**env.kw))).allowed
         env.clock.advance(timedelta(milliseconds=1))
     else:
-        await env.advance(denied.retry_after.total_seconds() + 0.01)
+        # The refill started at the first acquire: what is left of the token's time.
+        assert denied.retry_after >= per_token - elapsed - SLACK
+        await env.advance((denied.retry_after + SLACK).total_seconds())
     assert (await call(tb.acquire(**env.kw))).allowed
 
 
@@ -114,17 +124,20 @@ async def test_token_bucket_peek_and_reset(env: Env, unique_name: str) -> None:
 
 
 def _window(env: Env) -> timedelta:
-    return timedelta(milliseconds=600) if env.real_time else timedelta(seconds=10)
+    # Real stores: long enough that four round trips fit in it on a loaded machine.
+    return timedelta(seconds=2) if env.real_time else timedelta(seconds=10)
 
 
 async def test_log_window_admits_limit_then_slides(env: Env, unique_name: str) -> None:
     window = _window(env)
     sw = env.rl.SlidingWindow(unique_name, limit=3, window=window, backend=env.backend, style="log")
+    started = time.monotonic()
     allowed = [await call(sw.acquire(**env.kw)) for _ in range(3)]
     assert [d.remaining for d in allowed] == [2, 1, 0]
     assert len({d.request_id for d in allowed}) == 3
     assert all(d.request_id for d in allowed)
     denied = await call(sw.acquire(**env.kw))
+    elapsed = timedelta(seconds=time.monotonic() - started)
     assert not denied.allowed
     assert denied.request_id is None
     assert timedelta(0) < denied.retry_after <= window
@@ -132,7 +145,9 @@ async def test_log_window_admits_limit_then_slides(env: Env, unique_name: str) -
         assert denied.retry_after == window
         env.clock.advance(window)  # entries at exactly now - window are outside it
     else:
-        await env.advance(denied.retry_after.total_seconds() + 0.01)
+        # The oldest entry leaves the window `window` after the first acquire.
+        assert denied.retry_after >= window - elapsed - SLACK
+        await env.advance((denied.retry_after + SLACK).total_seconds())
     assert (await call(sw.acquire(**env.kw))).allowed
 
 
@@ -150,7 +165,9 @@ async def test_log_refund_only_on_redis(env: Env, unique_name: str) -> None:
 async def test_gcra_admits_limit_back_to_back_then_one_per_interval(
     env: Env, unique_name: str
 ) -> None:
-    window = timedelta(seconds=4) if not env.real_time else timedelta(seconds=2)
+    # Real stores: an interval of 2 s, far longer than six round trips take on a loaded
+    # machine (a short one would let a request through before the denials are checked).
+    window = timedelta(seconds=4) if not env.real_time else timedelta(seconds=8)
     interval = window / 4
     sw = env.rl.SlidingWindow(
         unique_name, limit=4, window=window, backend=env.backend, style="gcra"
@@ -172,7 +189,7 @@ async def test_gcra_admits_limit_back_to_back_then_one_per_interval(
         assert (await call(sw.acquire(**env.kw))).allowed
         assert not (await call(sw.acquire(**env.kw))).allowed
     else:
-        await env.advance(denied.retry_after.total_seconds() + 0.01)
+        await env.advance((denied.retry_after + SLACK).total_seconds())
         assert (await call(sw.acquire(**env.kw))).allowed
 
 
@@ -273,11 +290,21 @@ async def test_acquire_for_actor_composes_and_rolls_back(slot_env: Env, unique_n
 
 async def test_reservation_slots_release_and_leases(slot_env: Env, unique_name: str) -> None:
     env = slot_env
-    lease = 0.3 if env.real_time else 60
+    # A lease no scheduling delay can run out; time passes by env.lapse_slots instead.
+    lease = 60
     res = env.reservation(unique_name, slots=3, lease=lease)
     worker, other = uuid.uuid4(), uuid.uuid4()
+    before = await env.now()
     slots = [await call(res.acquire(uuid.uuid4(), worker, env.pool)) for _ in range(3)]
+    after = await env.now()
     assert sorted(slots) == [0, 1, 2]
+    # Each lease ends `lease` after its acquire by the store's clock (SQLite's counts ms).
+    tolerance = timedelta(milliseconds=1 if env.real_time else 0)
+    held = await call(res.held(env.pool))
+    assert [h.slot_index for h in held] == [0, 1, 2]
+    for h in held:
+        assert before + timedelta(seconds=lease) - tolerance <= h.lease_expires_at
+        assert h.lease_expires_at <= after + timedelta(seconds=lease) + tolerance
     with pytest.raises(ReservationUnavailable) as info:
         await call(res.acquire(uuid.uuid4(), worker, env.pool))
     assert info.value.bucket_name == unique_name
@@ -287,7 +314,7 @@ async def test_reservation_slots_release_and_leases(slot_env: Env, unique_name: 
     await call(res.release(1, worker, env.pool))
     await call(res.release(1, worker, env.pool))  # double release is harmless
     assert await call(res.acquire(None, other, env.pool)) == 1
-    await env.advance(lease + 0.05)  # every lease lapses
+    await env.lapse_slots(unique_name, lease + 0.05)  # every lease lapses
     assert await call(res.held(env.pool)) == []
     assert await call(res.acquire(None, other, env.pool)) == 0
 
