@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Generic, TypeVar, cast
+import time
+from collections.abc import AsyncIterator
+from typing import Any, Generic, TypeVar, cast
 from uuid import UUID
 
 from pydantic import TypeAdapter
 
 from taskq.backends.base import Backend
 from taskq.exceptions import JobCancelledError, JobFailedError, JobNotFoundError, WaitTimeout
+from taskq.progress import ProgressEvent, progress_channel
 from taskq.records import AttemptRecord, JobRecord, RecordSource
 
 __all__ = ["JobHandle"]
@@ -121,6 +124,78 @@ class JobHandle(Generic[R]):
         if not record.is_terminal:
             raise WaitTimeout(self.job_id, timeout if timeout is not None else 0.0)
         return self._outcome(record)
+
+    async def progress_stream(
+        self,
+        redis_client: Any = None,
+        *,
+        redis_url: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109
+        poll_interval: float = 1.0,
+    ) -> AsyncIterator[ProgressEvent]:
+        """Yield the job's progress-stream events as they happen; end after the terminal one.
+
+        Subscribes to the job's Redis channel (``redis_client``, else a client built from
+        ``redis_url`` or ``TASKQ_REDIS_URL`` and closed at the end), then reads the row: a
+        job that has already ended yields one event built from its row (``seq=None``) and
+        stops. Events arrive in ``seq`` order; a duplicate or older ``seq`` is skipped.
+        Progress updates may be coalesced (you see the newest state, not every call);
+        state changes (``running``, ``retried``, ``snoozed``, ``released``, the terminal
+        event) are not. After ``poll_interval`` seconds of silence the row is re-read, so a
+        terminal event lost by Redis still ends the stream. ``timeout`` bounds the whole
+        stream (``WaitTimeout``). ``JobNotFoundError`` if the job does not exist.
+        """
+        from redis.asyncio import Redis
+
+        owned: Any = None
+        if redis_client is None:
+            from taskq.settings import TaskQSettings
+
+            url = redis_url or TaskQSettings.load().redis_url
+            if not url:
+                raise RuntimeError(
+                    "progress_stream() needs Redis: pass redis_client= or redis_url=, "
+                    "or set TASKQ_REDIS_URL"
+                )
+            redis_client = owned = Redis.from_url(url)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pubsub = redis_client.pubsub()
+        try:
+            await pubsub.subscribe(progress_channel(self.job_id))
+            record = await self._backend.get_job(self.job_id)
+            if record is None:
+                raise JobNotFoundError(self.job_id)
+            if record.is_terminal:
+                yield ProgressEvent.from_record(record)
+                return
+            last = -1
+            while True:
+                wait = poll_interval
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise WaitTimeout(self.job_id, timeout if timeout is not None else 0.0)
+                    wait = min(wait, left)
+                message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=wait)
+                if message is None:
+                    record = await self._backend.get_job(self.job_id)
+                    if record is None:
+                        raise JobNotFoundError(self.job_id)
+                    if record.is_terminal:
+                        yield ProgressEvent.from_record(record)
+                        return
+                    continue
+                event = ProgressEvent.from_message(message["data"])
+                if event.seq is not None and event.seq <= last:
+                    continue
+                last = event.seq if event.seq is not None else last
+                yield event
+                if event.terminal:
+                    return
+        finally:
+            await pubsub.aclose()
+            if owned is not None:
+                await owned.aclose()
 
     def _outcome(self, record: JobRecord) -> R:
         if record.status == "succeeded":

@@ -105,6 +105,9 @@ class Dispatcher:
             on_written=self._written,
         )
         self.env = env_factory(self)
+        self.on_start: Callable[[RunningJob], None] | None = None
+        """Called as each claimed attempt starts (the progress stream's ``running``
+        event); ``None`` when nothing listens."""
         self.stored_ttl: dict[str, float | None] = {}
         self._queues = tuple(settings.queues)
         self._actor_names = tuple(sorted(self.actors))
@@ -251,6 +254,8 @@ class Dispatcher:
             )
             return
         self.running[job.id] = job
+        if self.on_start is not None:
+            self.on_start(job)
         job.task = asyncio.get_running_loop().create_task(self._run_job(job))
 
     async def _run_job(self, job: RunningJob) -> None:

@@ -59,6 +59,7 @@ _BATCH_KEYS = (
     ("ttl_s", "b_ttl_s"),
     ("has_progress", "b_has_progress"),
     ("progress", "b_progress"),
+    ("seq", "b_seq"),
 )
 
 
@@ -95,6 +96,9 @@ class Completer:
         self._finish = dq.finish_jobs(self._dialect)
         self._release = wq.release_jobs(self._dialect)
         self._batch = dq.finish_jobs_batch_pg() if self._dialect == "postgresql" else None
+        self.on_event: Callable[[Outcome], None] | None = None
+        """Called per committed outcome to publish its state-change event (progress
+        stream); ``None`` (no Redis) costs nothing."""
 
     def submit(self, outcome: Outcome) -> None:
         """Queue an outcome for the next flush."""
@@ -168,12 +172,15 @@ class Completer:
         finishes: list[dict[str, Any]] = []
         releases: list[dict[str, Any]] = []
         for outcome in batch:
+            job = outcome.job
+            if outcome.seq is None:  # once: a retried flush writes the same number
+                outcome.seq = job.next_seq()
             params = self._params(outcome)
+            params["b_seq"] = outcome.seq
             records.append(params)
             if outcome.kind == "release":
                 releases.append({**params, "b_hold_s": outcome.hold_s})
                 continue
-            job = outcome.job
             finishes.append(
                 {
                     **params,
@@ -212,6 +219,8 @@ class Completer:
             error_class=outcome.error_class,
         )
         self._on_written(outcome)
+        if self.on_event is not None:
+            self.on_event(outcome)
         subs = job.sub_jobs
         if subs is not None and subs.buffer and outcome.kind == "succeeded":
             # Transactional sub-jobs: replayed only now that the success is durable.

@@ -1,11 +1,21 @@
-"""``ctx.progress()`` on the worker side: coalesce, flush to the row, publish to Redis.
+"""The job's progress stream on the worker side: ``ctx.progress()`` and state changes.
 
-Each call merges its fields into the attempt's state (last writer wins) and takes the
-next ``seq``. The state is written to ``jobs.progress`` every ``progress_flush_interval``
-(and with the attempt's terminal write). With Redis configured, each update is also
-published on :func:`progress_channel` as JSON ``{"job_id", "seq", "state"}``: at most one
-publish per job is in flight and the latest state always goes out last, so a subscriber
-sees the newest state, not necessarily every call. Without Redis nothing is published.
+Every event of a job takes the next ``seq``, so seq is a total order over the job's whole
+stream: the claim (``running``: the claim statement adds one to ``jobs.progress_seq`` and
+returns it), each ``ctx.progress()`` call, and the attempt's end (``retried``,
+``snoozed``, ``released``, ``succeeded``, ``failed``, ``cancelled``), whose fenced write
+stores its number in ``progress_seq``. The next attempt's claim continues from there.
+(:attr:`RunningJob.seq <taskq.worker.state.RunningJob.seq>` keeps the count in memory;
+no statement is added for it.)
+
+Progress state is merged per call (last writer wins) and written to ``jobs.progress``
+every ``progress_flush_interval`` and with the attempt's end. With Redis configured,
+events are published on :func:`~taskq.progress.progress_channel` as JSON (see
+:func:`taskq.progress.event_message`):
+at most one publish per job is in flight; queued progress updates coalesce (only the
+newest waits), state-change events never do, and the latest event always goes out last.
+Without Redis nothing is published (and nothing is queued). Publishing is best effort:
+Redis is never the system of record.
 """
 
 from __future__ import annotations
@@ -23,16 +33,22 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from taskq.db.engine import transaction
 from taskq.db.queries import worker as wq
 from taskq.exceptions import ProgressTooLarge
-from taskq.worker.state import RunningJob
+from taskq.progress import event_message, progress_channel
+from taskq.worker.state import Outcome, RunningJob
 
 __all__ = ["Progress", "progress_channel"]
 
 _log = structlog.get_logger("taskq.worker")
 
 
-def progress_channel(job_id: UUID) -> str:
-    """The Redis pub/sub channel carrying a job's progress events."""
-    return f"taskq:progress:{job_id}"
+_EVENT_NAMES = {
+    "succeeded": "succeeded",
+    "failed": "failed",
+    "cancelled": "cancelled",
+    "retry": "retried",
+    "snooze": "snoozed",
+    "release": "released",
+}
 
 
 class Progress:
@@ -53,8 +69,14 @@ class Progress:
             if Redis is not None:
                 self._redis = Redis.from_url(redis_url)
         self._publishing: dict[UUID, asyncio.Task[None]] = {}
-        self._latest: dict[UUID, str] = {}
-        self._seq: dict[UUID, int] = {}
+        # Per job: messages waiting to go out, each flagged True when it is a progress
+        # update (a newer update replaces a waiting one; state events are kept).
+        self._queued: dict[UUID, list[tuple[bool, str]]] = {}
+
+    @property
+    def publishing(self) -> bool:
+        """True when a Redis client is configured (events are published)."""
+        return self._redis is not None
 
     def sink(self, job: RunningJob) -> Callable[..., Awaitable[None]]:
         """The ``progress_sink`` of one attempt's ``JobContext``."""
@@ -69,35 +91,58 @@ class Progress:
             state.update({k: v for k, v in fields.items() if v is not None})
             job.progress = state
             job.progress_dirty = True
+            seq = job.next_seq()
             if self._redis is not None:
-                self._publish(job, state)
+                message = event_message(job.id, seq, "progress", "running", state)
+                self._enqueue(job.id, message, progress=True)
 
         return sink
 
-    def _publish(self, job: RunningJob, state: dict[str, Any]) -> None:
-        seq = self._seq.get(job.id, int(job.row.get("progress_seq") or 0)) + 1
-        self._seq[job.id] = seq
-        self._latest[job.id] = json.dumps(
-            {"job_id": str(job.id), "seq": seq, "state": state}, default=str
+    def running(self, job: RunningJob) -> None:
+        """Publish the claim's ``running`` event (its seq is the claimed row's)."""
+        if self._redis is not None:
+            message = event_message(job.id, job.seq, "running", "running", job.progress or {})
+            self._enqueue(job.id, message, progress=False)
+
+    def ended(self, outcome: Outcome) -> None:
+        """Publish the committed end of an attempt (retry, snooze, release or terminal)."""
+        if self._redis is None or outcome.seq is None:
+            return
+        job = outcome.job
+        message = event_message(
+            job.id,
+            outcome.seq,
+            _EVENT_NAMES[outcome.kind],
+            outcome.row_status,
+            job.progress or {},
+            error_class=outcome.error_class,
         )
-        if job.id not in self._publishing:
-            task = asyncio.get_running_loop().create_task(self._drain(job.id))
-            self._publishing[job.id] = task
+        self._enqueue(job.id, message, progress=False)
+
+    def _enqueue(self, job_id: UUID, message: str, *, progress: bool) -> None:
+        queued = self._queued.setdefault(job_id, [])
+        if progress and queued and queued[-1][0]:
+            queued[-1] = (True, message)  # coalesce: only the newest update waits
+        else:
+            queued.append((progress, message))
+        if job_id not in self._publishing:
+            task = asyncio.get_running_loop().create_task(self._drain(job_id))
+            self._publishing[job_id] = task
 
     async def _drain(self, job_id: UUID) -> None:
         try:
-            while job_id in self._latest:
-                message = self._latest.pop(job_id)
+            while True:
+                queued = self._queued.get(job_id)
+                if not queued:
+                    self._queued.pop(job_id, None)
+                    return
+                _, message = queued.pop(0)
                 try:
                     await self._redis.publish(progress_channel(job_id), message)
                 except Exception as exc:  # Redis is never the system of record
                     _log.warning("worker-progress-publish-failed", job_id=job_id, error=str(exc))
         finally:
             self._publishing.pop(job_id, None)
-
-    def forget(self, job_id: UUID) -> None:
-        """Drop the per-job sequence once the attempt is over."""
-        self._seq.pop(job_id, None)
 
     async def flush(self, jobs: list[RunningJob]) -> None:
         """Write the coalesced state of every job whose progress changed (fenced)."""
@@ -106,7 +151,10 @@ class Progress:
             return
         for job in dirty:
             job.progress_dirty = False
-        params = [{"b_id": j.id, "b_attempt": j.attempt, "b_progress": j.progress} for j in dirty]
+        params = [
+            {"b_id": j.id, "b_attempt": j.attempt, "b_progress": j.progress, "b_seq": j.seq}
+            for j in dirty
+        ]
         try:
             async with transaction(self._engine) as conn:
                 await conn.execute(self._flush, params)

@@ -115,6 +115,9 @@ class Worker:
             env_factory=self._env,
             wake=self.wake,
         )
+        if self.progress.publishing:  # progress-stream state events (Redis only)
+            self.dispatcher.on_start = self.progress.running
+            self.dispatcher.completer.on_event = self.progress.ended
         self.leader = LeaderLease(self.engine, self.worker_id, s.lock_lease.total_seconds())
         self.sweeper = Sweeper(self.engine, self.actors)
         self.canceller = CancelController(

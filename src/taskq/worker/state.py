@@ -51,6 +51,7 @@ class RunningJob:
     progress: dict[str, Any] | None = None
     span: Any = None
     progress_dirty: bool = False
+    _seq: int | None = None
     sub_jobs: Any = None
     """This attempt's ``ctx.jobs`` (a :class:`taskq.worker.subjobs.SubJobs`), kept so the
     completer can replay its buffered children once the success has committed."""
@@ -87,6 +88,23 @@ class RunningJob:
         value: datetime | None = self.row.get("started_at")
         return value
 
+    @property
+    def seq(self) -> int:
+        """The attempt's last event number (the claim's, until something else happened).
+
+        Event numbers order a job's whole progress stream: the claim took the row's
+        ``progress_seq`` (the claim statement adds one), then every ``ctx.progress()`` call
+        and the attempt's end take the next one, and the row is written with the last.
+        """
+        if self._seq is None:
+            self._seq = int(self.row.get("progress_seq") or 0)
+        return self._seq
+
+    def next_seq(self) -> int:
+        """Take the next event number (see :attr:`seq`)."""
+        self._seq = self.seq + 1
+        return self._seq
+
     def thread_alive(self) -> bool:
         """True while a sync actor's thread for this attempt has not provably exited."""
         return self.thread_done is not None and not self.thread_done.is_set()
@@ -122,6 +140,7 @@ class Outcome:
     record. ``delay_s`` reschedules (retry/snooze), ``budget`` (0/1) is added to
     ``budget_used``, ``hold_s`` holds a release ``scheduled`` (a thread still running).
     ``exception`` feeds ``on_retry_exhausted``; ``result_value`` feeds ``on_success``.
+    ``seq`` is the event number of this end, taken once, at the first write attempt.
     """
 
     job: RunningJob
@@ -137,6 +156,7 @@ class Outcome:
     ttl_s: float | None = None
     hold_s: float | None = None
     exception: BaseException | None = None
+    seq: int | None = None
     created_mono: float = field(default_factory=time.monotonic)
 
     @property

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from sqlalchemy import (
+    BigInteger,
     Float,
     Integer,
     Select,
@@ -248,7 +249,9 @@ def finish_jobs(dialect_name: str) -> Update:
                 ),
                 else_=jobs.c.progress,
             ),
-            progress_seq=jobs.c.progress_seq + 1,
+            # The worker numbers its attempt's events (claim, progress, this end): the
+            # row keeps the last number it published, so the next claim's +1 follows it.
+            progress_seq=bindparam("b_seq", type_=jobs.c.progress_seq.type),
             updated_at=ts,
         )
     )
@@ -296,7 +299,7 @@ def finish_jobs_batch_pg() -> Any:
     the attempt records of exactly the rows it changed. ``batch`` is a JSON array of
     objects with keys ``id``, ``attempt``, ``status``, ``outcome``, ``result``,
     ``error_class``, ``error``, ``traceback``, ``budget``, ``delay_s``, ``ttl_s``,
-    ``has_progress``, ``progress`` (one JSON document: far cheaper to send than one array
+    ``has_progress``, ``progress``, ``seq`` (one JSON document: far cheaper to send than one array
     per column); ``worker_id`` is the fence.
     """
     from sqlalchemy import Text, Uuid, column, insert
@@ -316,6 +319,7 @@ def finish_jobs_batch_pg() -> Any:
         ("ttl_s", Float()),
         ("has_progress", Integer()),
         ("progress", JSONB()),
+        ("seq", BigInteger()),
     ]
     v = (
         func.jsonb_to_recordset(bindparam("batch", type_=JSONB()))
@@ -354,7 +358,7 @@ def finish_jobs_batch_pg() -> Any:
             lease_expires_at=null(),
             cancel_phase=case((terminal, jobs.c.cancel_phase), else_=literal(0)),
             progress=case((v.c.has_progress == 1, v.c.progress), else_=jobs.c.progress),
-            progress_seq=jobs.c.progress_seq + 1,
+            progress_seq=v.c.seq,
             updated_at=ts,
         )
         .returning(

@@ -313,6 +313,7 @@ def release_jobs(dialect_name: str) -> Update:
     ``b_hold_s`` NULL releases it ``pending`` now; a number holds it ``scheduled`` that
     many seconds ahead (a sync actor's thread may still be running in this process).
     Budget is not spent: the attempt was interrupted by this worker, not by the job.
+    ``b_seq`` is the event number the worker gave the release (stored in ``progress_seq``).
     """
     ts = now(dialect_name)
     from sqlalchemy import Float, case, cast
@@ -333,7 +334,7 @@ def release_jobs(dialect_name: str) -> Update:
             scheduled_at=case((hold.is_(None), ts), else_=after(dialect_name, hold)),
             locked_by=null(),
             lease_expires_at=null(),
-            progress_seq=jobs.c.progress_seq + 1,
+            progress_seq=bindparam("b_seq", type_=jobs.c.progress_seq.type),
             updated_at=ts,
         )
     )
@@ -355,7 +356,8 @@ def unhold_job(dialect_name: str) -> Update:
 
 def flush_progress(worker_id: UUID) -> Update:
     """Write a running job's coalesced progress (executemany: ``b_id``, ``b_attempt``,
-    ``b_progress``), fenced on this worker's claim."""
+    ``b_progress``, ``b_seq``: the seq of the newest update it carries), fenced on this
+    worker's claim."""
     return (
         update(jobs)
         .where(
@@ -366,7 +368,7 @@ def flush_progress(worker_id: UUID) -> Update:
         )
         .values(
             progress=bindparam("b_progress", type_=jobs.c.progress.type),
-            progress_seq=jobs.c.progress_seq + 1,
+            progress_seq=bindparam("b_seq", type_=jobs.c.progress_seq.type),
         )
     )
 
