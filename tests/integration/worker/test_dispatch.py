@@ -150,7 +150,9 @@ async def test_sync_actor_with_di_progress_hooks_and_result_ttl(
     progress_job = await client.enqueue(basic.with_progress, basic.Echo(value=7))
     exhausted = await client.enqueue(basic.exhausts, basic.Empty())
     scoped = await client.enqueue(basic.scoped, basic.Echo(value=3))
-    settings = worker_settings(engine_url, sweep_interval=0.2, heartbeat_interval=0.2)
+    # No sweep while the outcomes are read: the 300 ms result TTL must not run out (and the
+    # result be swept) between the job's success and the read, however slow the machine.
+    settings = worker_settings(engine_url, sweep_interval=3600, heartbeat_interval=0.2)
     async with running_worker(settings, DI_ACTORS, di_registry=providers):
         await wait_until(lambda: _status(engine, di_job.job_id, "succeeded"))
         await wait_until(lambda: _status(engine, scoped.job_id, "succeeded", "failed"))
@@ -159,10 +161,15 @@ async def test_sync_actor_with_di_progress_hooks_and_result_ttl(
         await wait_until(lambda: _status(engine, progress_job.job_id, "succeeded"))
         row = await _row(engine, progress_job.job_id)
         assert row.progress == {"step": 2, "percent": 100.0, "detail": "half"}
+        assert row.result == {"doubled": 7}
         assert row.result_expires_at is not None
-        # The leader's result sweep drops the result once its TTL ran out.
-        await wait_until(lambda: _result_gone(engine, progress_job.job_id), timeout=20)
+        ttl = row.result_expires_at - row.finished_at
+        assert timedelta(milliseconds=290) <= ttl <= timedelta(milliseconds=310)
         await wait_until(lambda: _hooks_called(2))
+    # The leader's result sweep drops the result once its TTL ran out.
+    settings = worker_settings(engine_url, sweep_interval=0.2, heartbeat_interval=0.2)
+    async with running_worker(settings, DI_ACTORS, di_registry=providers):
+        await wait_until(lambda: _result_gone(engine, progress_job.job_id), timeout=60)
     assert (await _row(engine, di_job.job_id)).result == {"doubled": 42}
     assert counter.calls == 1
     assert ("success", progress_job.job_id) in basic.HOOK_CALLS
