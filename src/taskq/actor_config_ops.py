@@ -171,11 +171,7 @@ class ActorsClient:
         """
         async with transaction(self.engine) as conn:
             dialect = conn.dialect.name
-            row = (
-                (await conn.execute(q.get(actor, for_update=dialect == "postgresql")))
-                .mappings()
-                .first()
-            )
+            row = (await conn.execute(q.get(actor, for_update=True))).mappings().first()
             if row is None:
                 raise ActorNotFoundError(actor)
             counts = {str(s): int(n) for s, n in (await conn.execute(q.status_counts(actor))).all()}

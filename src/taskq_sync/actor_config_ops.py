@@ -172,7 +172,7 @@ class ActorsClient:
         """
         with transaction(self.engine) as conn:
             dialect = conn.dialect.name
-            row = conn.execute(q.get(actor, for_update=dialect == "postgresql")).mappings().first()
+            row = conn.execute(q.get(actor, for_update=True)).mappings().first()
             if row is None:
                 raise ActorNotFoundError(actor)
             counts = {str(s): int(n) for s, n in conn.execute(q.status_counts(actor)).all()}

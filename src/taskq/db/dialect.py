@@ -13,7 +13,7 @@ import re
 import time
 from typing import Any, Final
 
-from sqlalchemy import Engine, event, func, literal_column, select, text
+from sqlalchemy import Engine, Float, event, func, literal, literal_column, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError
@@ -35,6 +35,7 @@ __all__ = [
     "is_postgres",
     "is_sqlite",
     "now",
+    "now_plus",
     "schema_translate_map",
     "sync_url",
     "translate_error",
@@ -190,6 +191,15 @@ def now(dialect_name: str) -> ColumnElement[Any]:
     if dialect_name == "postgresql":
         return func.clock_timestamp()
     return func.strftime("%Y-%m-%d %H:%M:%f", "now")
+
+
+def now_plus(dialect_name: str, seconds: ColumnElement[Any] | float) -> ColumnElement[Any]:
+    """The store's clock plus ``seconds`` (a float or a float SQL expression; may be negative)."""
+    secs = literal(seconds, Float()) if isinstance(seconds, int | float) else seconds
+    if dialect_name == "postgresql":
+        zero: ColumnElement[Any] = literal_column("0")
+        return func.clock_timestamp() + func.make_interval(zero, zero, zero, zero, zero, zero, secs)
+    return func.strftime("%Y-%m-%d %H:%M:%f", "now", func.printf("%+.6f seconds", secs))
 
 
 def insert(dialect_name: str, table: Any) -> Any:

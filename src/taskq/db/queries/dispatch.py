@@ -34,13 +34,12 @@ from sqlalchemy import (
 from sqlalchemy.sql.elements import ColumnClause, ColumnElement
 from sqlalchemy.types import TypeEngine
 
-from taskq.db.dialect import now
+from taskq.db.dialect import now, now_plus
 from taskq.db.tables import actor_config, job_attempts, jobs, queues
 
 __all__ = [
     "CLAIM_COLUMNS",
     "NOTIFY_CHANNEL_PREFIX",
-    "after",
     "capped_actor_config",
     "claim_jobs",
     "finish_jobs",
@@ -81,13 +80,6 @@ _READY: Final[tuple[ColumnClause[Any], ...]] = (
 # Literals, not bound parameters: Postgres only uses the partial dispatch index when the
 # predicate visibly implies ``status IN ('pending', 'scheduled')``.
 _RUNNING: Final[ColumnClause[Any]] = literal_column("'running'")
-
-
-def after(dialect_name: str, seconds: ColumnElement[Any]) -> ColumnElement[Any]:
-    """The store's clock plus ``seconds`` (a float SQL expression), as a timestamp expression."""
-    if dialect_name == "postgresql":
-        return func.clock_timestamp() + func.make_interval(0, 0, 0, 0, 0, 0, seconds)
-    return func.strftime("%Y-%m-%d %H:%M:%f", "now", func.printf("%+.6f seconds", seconds))
 
 
 def _seconds(name: str) -> ColumnElement[Any]:
@@ -144,8 +136,8 @@ def claim_jobs(
         .order_by(jobs.c.priority.desc(), jobs.c.scheduled_at)
         .limit(limit)
     )
-    if dialect_name == "postgresql":
-        ready = ready.with_for_update(skip_locked=True, of=jobs)
+    # Row locks on Postgres; SQLite renders no FOR UPDATE (BEGIN IMMEDIATE serialises).
+    ready = ready.with_for_update(skip_locked=True, of=jobs)
     ts = now(dialect_name)
     return (
         update(jobs)
@@ -154,7 +146,7 @@ def claim_jobs(
             status=_RUNNING,
             attempt=jobs.c.attempt + 1,
             locked_by=bindparam("worker_id", type_=jobs.c.locked_by.type),
-            lease_expires_at=after(dialect_name, _seconds("lease_s")),
+            lease_expires_at=now_plus(dialect_name, _seconds("lease_s")),
             started_at=ts,
             updated_at=ts,
             progress_seq=jobs.c.progress_seq + 1,
@@ -191,8 +183,7 @@ def record_attempts(dialect_name: str) -> Any:
         func.coalesce(jobs.c.started_at, now(dialect_name)),
         now(dialect_name),
     ).where(_fence())
-    if dialect_name == "postgresql":
-        source = source.with_for_update()
+    source = source.with_for_update()
     return job_attempts.insert().from_select(
         [
             job_attempts.c.job_id,
@@ -235,10 +226,10 @@ def finish_jobs(dialect_name: str) -> Update:
             error=bindparam("b_error", type_=jobs.c.error.type),
             budget_used=jobs.c.budget_used + bindparam("b_budget", type_=jobs.c.budget_used.type),
             scheduled_at=case(
-                (delay.is_(None), jobs.c.scheduled_at), else_=after(dialect_name, delay)
+                (delay.is_(None), jobs.c.scheduled_at), else_=now_plus(dialect_name, delay)
             ),
             finished_at=case((terminal, ts), else_=null()),
-            result_expires_at=case((ttl.is_(None), null()), else_=after(dialect_name, ttl)),
+            result_expires_at=case((ttl.is_(None), null()), else_=now_plus(dialect_name, ttl)),
             locked_by=null(),
             lease_expires_at=null(),
             cancel_phase=case((terminal, jobs.c.cancel_phase), else_=literal(0)),
@@ -251,10 +242,17 @@ def finish_jobs(dialect_name: str) -> Update:
             ),
             # The worker numbers its attempt's events (claim, progress, this end): the
             # row keeps the last number it published, so the next claim's +1 follows it.
-            progress_seq=bindparam("b_seq", type_=jobs.c.progress_seq.type),
+            progress_seq=_given_seq(),
             updated_at=ts,
         )
     )
+
+
+def _given_seq() -> ColumnElement[Any]:
+    """``progress_seq`` set to the worker's event number ``b_seq``. A caller that passes
+    none (or NULL) gets the old behaviour: one more than the row's current value."""
+    given = bindparam("b_seq", type_=jobs.c.progress_seq.type, required=False, value=None)
+    return func.coalesce(given, jobs.c.progress_seq + 1)
 
 
 def running_counts(actors: tuple[str, ...]) -> Select[Any]:
@@ -348,17 +346,17 @@ def finish_jobs_batch_pg() -> Any:
             budget_used=jobs.c.budget_used + v.c.budget,
             scheduled_at=case(
                 (v.c.delay_s.is_(None), jobs.c.scheduled_at),
-                else_=after("postgresql", v.c.delay_s),
+                else_=now_plus("postgresql", v.c.delay_s),
             ),
             finished_at=case((terminal, ts), else_=null()),
             result_expires_at=case(
-                (v.c.ttl_s.is_(None), null()), else_=after("postgresql", v.c.ttl_s)
+                (v.c.ttl_s.is_(None), null()), else_=now_plus("postgresql", v.c.ttl_s)
             ),
             locked_by=null(),
             lease_expires_at=null(),
             cancel_phase=case((terminal, jobs.c.cancel_phase), else_=literal(0)),
             progress=case((v.c.has_progress == 1, v.c.progress), else_=jobs.c.progress),
-            progress_seq=v.c.seq,
+            progress_seq=func.coalesce(v.c.seq, jobs.c.progress_seq + 1),
             updated_at=ts,
         )
         .returning(

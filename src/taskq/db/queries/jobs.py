@@ -66,10 +66,7 @@ _PENDING_OR_SCHEDULED = ("pending", "scheduled")
 
 def ago(dialect: str, window: timedelta) -> ColumnElement[Any]:
     """``now() - window`` on the store's clock."""
-    seconds = window.total_seconds()
-    if dialect == "postgresql":
-        return func.clock_timestamp() - func.make_interval(0, 0, 0, 0, 0, 0, literal(seconds))
-    return func.strftime("%Y-%m-%d %H:%M:%f", "now", literal(f"-{seconds:.6f} seconds"))
+    return dialects.now_plus(dialect, -window.total_seconds())
 
 
 def advisory_key(kind: str, actor: str, key: str = "") -> str:
@@ -124,15 +121,6 @@ def idempotent_match(actor: str, idempotency_key: str) -> Select[Any]:
     return select(jobs).where(jobs.c.actor == actor, jobs.c.idempotency_key == idempotency_key)
 
 
-def _after(dialect: str, seconds: ColumnElement[Any]) -> ColumnElement[Any]:
-    if dialect == "postgresql":
-        zero: ColumnElement[Any] = literal_column("0")
-        return func.clock_timestamp() + func.make_interval(
-            zero, zero, zero, zero, zero, zero, seconds
-        )
-    return func.strftime("%Y-%m-%d %H:%M:%f", "now", func.printf("+%.6f seconds", seconds))
-
-
 def job_params(req: EnqueueRequest) -> dict[str, Any]:
     """The bound parameters of one row for :func:`insert_jobs` (executed as executemany)."""
     return {
@@ -175,9 +163,10 @@ def insert_jobs(dialect: str, *, skip_conflicts: bool = False) -> Any:
     deadline = cast(bindparam("p_deadline_s", type_=Float()), Float())
     stmt = dialects.insert(dialect, jobs).values(
         scheduled_at=func.coalesce(
-            bindparam("p_scheduled_at", type_=jobs.c.scheduled_at.type), _after(dialect, delay)
+            bindparam("p_scheduled_at", type_=jobs.c.scheduled_at.type),
+            dialects.now_plus(dialect, delay),
         ),
-        deadline_at=case((deadline.is_(None), null()), else_=_after(dialect, deadline)),
+        deadline_at=case((deadline.is_(None), null()), else_=dialects.now_plus(dialect, deadline)),
         created_at=now,
         updated_at=now,
     )

@@ -84,12 +84,6 @@ def db_now(dialect_name: str) -> ColumnElement[datetime]:
     return type_coerce(db_dialect.now(dialect_name), UTCDateTime()).label("db_now")
 
 
-def _now_plus(dialect_name: str, seconds: float) -> ColumnElement[Any]:
-    if dialect_name == "postgresql":
-        return func.clock_timestamp() + literal(timedelta(seconds=seconds), Interval())
-    return func.strftime("%Y-%m-%d %H:%M:%f", "now", f"+{seconds:.6f} seconds")
-
-
 @functools.cache
 def bucket_lock_upsert(dialect_name: str) -> Any:
     """Create the bucket row on first use, or lock the existing one; return its state.
@@ -262,7 +256,7 @@ def slot_claim(
             job_id=job_id,
             worker_id=worker_id,
             acquired_at=db_dialect.now(dialect_name),
-            lease_expires_at=_now_plus(dialect_name, lease_s),
+            lease_expires_at=db_dialect.now_plus(dialect_name, lease_s),
         )
         .returning(_s.slot_index)
     )
@@ -296,7 +290,7 @@ def slot_renew(
     return (
         update(reservation_slots)
         .where(_s.name == name, _s.slot_index == slot_index, _s.worker_id == worker_id)
-        .values(lease_expires_at=_now_plus(dialect_name, lease_s))
+        .values(lease_expires_at=db_dialect.now_plus(dialect_name, lease_s))
     )
 
 

@@ -28,8 +28,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.elements import ColumnClause, ColumnElement
 
-from taskq.db.dialect import insert, now
-from taskq.db.queries.dispatch import after
+from taskq.db.dialect import insert, now, now_plus
 from taskq.db.tables import jobs, leader_leases, queues, reservation_slots, workers
 
 __all__ = [
@@ -113,7 +112,7 @@ def renew_job_leases(dialect_name: str, worker_id: UUID, lease_s: float) -> Upda
             jobs.c.status == _RUNNING,
             jobs.c.id.in_(bindparam("ids", expanding=True)),
         )
-        .values(lease_expires_at=after(dialect_name, _secs(lease_s)))
+        .values(lease_expires_at=now_plus(dialect_name, _secs(lease_s)))
     )
 
 
@@ -138,7 +137,7 @@ def renew_slot_leases(dialect_name: str, worker_id: UUID) -> Update:
             reservation_slots.c.job_id.in_(bindparam("ids", expanding=True)),
             reservation_slots.c.acquired_at.is_not(None),
         )
-        .values(lease_expires_at=after(dialect_name, length))
+        .values(lease_expires_at=now_plus(dialect_name, length))
     )
 
 
@@ -204,7 +203,7 @@ def acquire_leader(dialect_name: str, *, name: str, holder: UUID, lease_s: float
     candidates can never both succeed: the row is the election.
     """
     ts = now(dialect_name)
-    expires = after(dialect_name, _secs(lease_s))
+    expires = now_plus(dialect_name, _secs(lease_s))
     stmt = insert(dialect_name, leader_leases).values(
         name=name, holder=holder, acquired_at=ts, expires_at=expires
     )
@@ -257,8 +256,7 @@ def expired_leases(dialect_name: str, limit: int) -> Select[Any]:
         .order_by(jobs.c.lease_expires_at)
         .limit(limit)
     )
-    if dialect_name == "postgresql":
-        stmt = stmt.with_for_update(skip_locked=True)
+    stmt = stmt.with_for_update(skip_locked=True)
     return stmt
 
 
@@ -331,10 +329,13 @@ def release_jobs(dialect_name: str) -> Update:
         )
         .values(
             status=case((hold.is_(None), literal("pending")), else_=literal("scheduled")),
-            scheduled_at=case((hold.is_(None), ts), else_=after(dialect_name, hold)),
+            scheduled_at=case((hold.is_(None), ts), else_=now_plus(dialect_name, hold)),
             locked_by=null(),
             lease_expires_at=null(),
-            progress_seq=bindparam("b_seq", type_=jobs.c.progress_seq.type),
+            progress_seq=func.coalesce(
+                bindparam("b_seq", type_=jobs.c.progress_seq.type, required=False, value=None),
+                jobs.c.progress_seq + 1,
+            ),
             updated_at=ts,
         )
     )
@@ -368,7 +369,10 @@ def flush_progress(worker_id: UUID) -> Update:
         )
         .values(
             progress=bindparam("b_progress", type_=jobs.c.progress.type),
-            progress_seq=bindparam("b_seq", type_=jobs.c.progress_seq.type),
+            progress_seq=func.coalesce(
+                bindparam("b_seq", type_=jobs.c.progress_seq.type, required=False, value=None),
+                jobs.c.progress_seq + 1,
+            ),
         )
     )
 
