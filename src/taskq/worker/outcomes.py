@@ -65,7 +65,7 @@ _BATCH_KEYS = (
 
 def _columns(rows: list[dict[str, Any]], worker_id: UUID) -> dict[str, Any]:
     """Row-wise parameter sets to the parameters of ``finish_jobs_batch_pg``."""
-    batch = [{name: row[key] for name, key in _BATCH_KEYS} for row in rows]
+    batch = [{name: row.get(key) for name, key in _BATCH_KEYS} for row in rows]
     for item in batch:
         item["id"] = str(item["id"])
     return {"batch": batch, "ids": [row["b_id"] for row in rows], "worker_id": worker_id}
