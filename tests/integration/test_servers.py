@@ -74,12 +74,25 @@ def test_a_wrong_version_is_refused() -> None:
         servers.check_answered(spec, "PostgreSQL 15.20 (Debian 15.20-0+deb12u1) on x86_64")
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start_runner(kind: str, version: str) -> tuple[subprocess.Popen[str], int, Path]:
     """Run ``servers run KIND VERSION -- sleep`` in its own process group; wait for the pid."""
     cmd = [sys.executable, "-m", "tests.support.servers", "run", kind, version, "--"]
     cmd += [sys.executable, "-c", "import time; print('READY', flush=True); time.sleep(120)"]
     proc = subprocess.Popen(
-        cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True, start_new_session=True
+        cmd,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        # As in a terminal's foreground job, SIGINT must be at its default: a pytest run
+        # started in the background by a non-interactive shell (a CI script's `cmd &`)
+        # ignores SIGINT, and children inherit that, so Python would never raise
+        # KeyboardInterrupt and the Ctrl-C case would wait out its timeout.
+        preexec_fn=_default_sigint,
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()
