@@ -29,7 +29,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from taskq._acompat import ASYNC, asleep
-from taskq.db.dialect import advisory_xact_lock, translate_error
+from taskq.db.dialect import advisory_xact_lock, traits, translate_error
 from taskq.db.engine import transaction
 from taskq.db.queries import jobs as q
 from taskq.db.queries.dispatch import notify_channel, notify_enqueued
@@ -40,7 +40,6 @@ from taskq.settings import TaskQSettings
 __all__ = ["PostgresBackend", "SqlBackend", "SqliteBackend"]
 
 _log = structlog.get_logger("taskq.enqueue")
-_CHUNK = {"postgresql": 1000, "sqlite": 400}  # rows per INSERT, under each bind-parameter limit
 _ROWS_PER_STATEMENT = 5000
 """Postgres: jobs per JSON-document INSERT. An ``enqueue_many`` up to this size is one
 autocommit statement; a larger one is split into statements inside one transaction."""
@@ -59,7 +58,9 @@ class SqlBackend:
         self._stored_cap: dict[str, tuple[float, int | None]] = {}
         # The one-statement insert needs psycopg's named parameters (any Postgres engine
         # that taskq builds); another driver takes the Core path.
-        self._doc_insert = self.dialect == "postgresql" and engine.dialect.driver == "psycopg"
+        self._doc_insert = (
+            traits(self.dialect).document_batches and engine.dialect.driver == "psycopg"
+        )
         self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
         self._plain_sql_cache: dict[bool, str] = {}
 
@@ -174,7 +175,7 @@ class SqlBackend:
                 ):
                     outcomes[i] = EnqueueOutcome(source, job_id=requests[i].job_id)
         else:
-            size = _CHUNK.get(self.dialect, 400)
+            size = traits(self.dialect).insert_chunk
             for start in range(0, len(bulk), size):
                 chunk_ix = bulk[start : start + size]
                 params_list = [q.job_params(requests[i]) for i in chunk_ix]
@@ -187,7 +188,7 @@ class SqlBackend:
             if i not in outcomes:
                 outcomes[i] = await self._enqueue_one(conn, req, caps[req.actor])
                 notify.add(req.queue)
-        if self.dialect == "postgresql":  # wake LISTENing workers at commit
+        if traits(self.dialect).notify:  # wake LISTENing workers at commit
             for queue in sorted(notify):
                 await conn.execute(notify_enqueued(self._schema, queue))
         return [outcomes[i] for i in range(len(requests))]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import dataclass
 from typing import Any, Final
 
 from sqlalchemy import Engine, Float, event, func, literal, literal_column, select, text
@@ -26,6 +27,7 @@ from taskq.settings import TaskQSettings
 __all__ = [
     "IDLE_PING_AFTER_S",
     "READONLY_OPTION",
+    "Traits",
     "advisory_xact_lock",
     "async_url",
     "engine_options",
@@ -38,6 +40,7 @@ __all__ = [
     "now_plus",
     "schema_translate_map",
     "sync_url",
+    "traits",
     "translate_error",
 ]
 
@@ -93,6 +96,36 @@ def sync_url(url: str | URL) -> URL:
     if is_postgres(u):
         return u.set(drivername=_PG_DRIVER)
     return u.set(drivername="sqlite+pysqlite")
+
+
+@dataclass(frozen=True, slots=True)
+class Traits:
+    """What an engine can do. Services ask about abilities here, never about engine names."""
+
+    notify: bool
+    """``LISTEN/NOTIFY`` wakes workers when a job is enqueued (otherwise they poll)."""
+    document_batches: bool
+    """One statement carries many rows as one JSON document (``jsonb_to_recordset``)."""
+    autocommit_statements: bool
+    """A one-statement operation may run in autocommit on the driver connection; row locks
+    taken inside the statement serialise it. (SQLite needs ``BEGIN IMMEDIATE`` instead.)"""
+    insert_chunk: int
+    """Rows per multi-row ``INSERT``, under the engine's bind-parameter limit."""
+
+
+_TRAITS: Final = {
+    "postgresql": Traits(
+        notify=True, document_batches=True, autocommit_statements=True, insert_chunk=1000
+    ),
+    "sqlite": Traits(
+        notify=False, document_batches=False, autocommit_statements=False, insert_chunk=400
+    ),
+}
+
+
+def traits(dialect_name: str) -> Traits:
+    """The :class:`Traits` of the engine whose SQLAlchemy dialect is ``dialect_name``."""
+    return _TRAITS[dialect_name]
 
 
 def schema_translate_map(url: str | URL, schema: str) -> dict[str | None, str | None]:

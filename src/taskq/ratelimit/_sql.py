@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
 from taskq._acompat import ASYNC
-from taskq.db.dialect import translate_error
+from taskq.db.dialect import traits, translate_error
 from taskq.db.engine import transaction
 from taskq.db.queries import ratelimit as q
 from taskq.ratelimit._algorithms import (
@@ -192,7 +192,7 @@ async def sql_token_bucket(
     One autocommit statement on Postgres (``pg`` caches the autocommit engine); one
     ``BEGIN IMMEDIATE`` transaction on SQLite.
     """
-    if engine.dialect.name == "postgresql":
+    if traits(engine.dialect.name).autocommit_statements:
         params = {"p_name": name, "p_capacity": capacity, "p_refill": rate, "p_count": count}
         allowed, cur, left, _ = await _pg_take(
             pg_autocommit(pg, engine), q.tb_take_pg, q.tb_first_pg, params
@@ -233,7 +233,7 @@ async def sql_gcra(
 
     One autocommit statement on Postgres; one ``BEGIN IMMEDIATE`` transaction on SQLite.
     """
-    if engine.dialect.name == "postgresql":
+    if traits(engine.dialect.name).autocommit_statements:
         step_us, step_rem = divmod(window_us, limit)
         params = {
             "p_name": name,

@@ -21,6 +21,7 @@ import structlog
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from taskq.db.dialect import traits
 from taskq.db.engine import transaction
 from taskq.db.queries import dispatch as dq
 from taskq.db.queries import worker as wq
@@ -95,7 +96,7 @@ class Completer:
         self._record = dq.record_attempts(self._dialect)
         self._finish = dq.finish_jobs(self._dialect)
         self._release = wq.release_jobs(self._dialect)
-        self._batch = dq.finish_jobs_batch_pg() if self._dialect == "postgresql" else None
+        self._batch = dq.finish_jobs_batch_pg() if traits(self._dialect).document_batches else None
         self.on_event: Callable[[Outcome], None] | None = None
         """Called per committed outcome to publish its state-change event (progress
         stream); ``None`` (no Redis) costs nothing."""

@@ -29,7 +29,7 @@ from taskq import __version__
 from taskq._ids import new_uuid
 from taskq.actor import ActorRef, registered_actors
 from taskq.actor_config_ops import sync_actor_config
-from taskq.db.dialect import async_url
+from taskq.db.dialect import async_url, traits
 from taskq.db.engine import make_engine, transaction
 from taskq.db.queries import worker as wq
 from taskq.di import ProviderRegistry
@@ -270,7 +270,7 @@ class Worker:
         """Boot, run until a shutdown signal, shut down; returns the process exit code."""
         await self._boot()
         url = self.engine.url
-        if self.engine.dialect.name == "postgresql":
+        if traits(self.engine.dialect.name).notify:
             listener = Listener(
                 async_url(url), self.settings.schema_name, self.settings.queues, self.wake
             )

@@ -32,7 +32,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from taskq._acompat import sleep
-from taskq.db.dialect import advisory_xact_lock, translate_error
+from taskq.db.dialect import advisory_xact_lock, traits, translate_error
 from taskq.db.queries import jobs as q
 from taskq.db.queries.dispatch import notify_channel, notify_enqueued
 from taskq.exceptions import MaxPendingExceededError, SingletonCollisionError
@@ -42,7 +42,6 @@ from taskq_sync.db.engine import transaction
 
 __all__ = ["PostgresBackend", "SqlBackend", "SqliteBackend"]
 _log = structlog.get_logger("taskq.enqueue")
-_CHUNK = {"postgresql": 1000, "sqlite": 400}
 _ROWS_PER_STATEMENT = 5000
 "Postgres: jobs per JSON-document INSERT. An ``enqueue_many`` up to this size is one\nautocommit statement; a larger one is split into statements inside one transaction."
 
@@ -58,7 +57,9 @@ class SqlBackend:
         self._schema = resolved.schema_name
         self._channel = notify_channel(self._schema)
         self._stored_cap: dict[str, tuple[float, int | None]] = {}
-        self._doc_insert = self.dialect == "postgresql" and engine.dialect.driver == "psycopg"
+        self._doc_insert = (
+            traits(self.dialect).document_batches and engine.dialect.driver == "psycopg"
+        )
         self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
         self._plain_sql_cache: dict[bool, str] = {}
 
@@ -171,7 +172,7 @@ class SqlBackend:
                 ):
                     outcomes[i] = EnqueueOutcome(source, job_id=requests[i].job_id)
         else:
-            size = _CHUNK.get(self.dialect, 400)
+            size = traits(self.dialect).insert_chunk
             for start in range(0, len(bulk), size):
                 chunk_ix = bulk[start : start + size]
                 params_list = [q.job_params(requests[i]) for i in chunk_ix]
@@ -184,7 +185,7 @@ class SqlBackend:
             if i not in outcomes:
                 outcomes[i] = self._enqueue_one(conn, req, caps[req.actor])
                 notify.add(req.queue)
-        if self.dialect == "postgresql":
+        if traits(self.dialect).notify:
             for queue in sorted(notify):
                 conn.execute(notify_enqueued(self._schema, queue))
         return [outcomes[i] for i in range(len(requests))]

@@ -24,7 +24,7 @@ import psycopg
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from taskq.db.dialect import translate_error
+from taskq.db.dialect import traits, translate_error
 from taskq.db.queries import ratelimit as q
 from taskq.ratelimit._algorithms import from_us, gcra_step, log_decide, tb_step, to_us
 from taskq_sync.db.engine import transaction
@@ -169,7 +169,7 @@ def sql_token_bucket(
     One autocommit statement on Postgres (``pg`` caches the autocommit engine); one
     ``BEGIN IMMEDIATE`` transaction on SQLite.
     """
-    if engine.dialect.name == "postgresql":
+    if traits(engine.dialect.name).autocommit_statements:
         params = {"p_name": name, "p_capacity": capacity, "p_refill": rate, "p_count": count}
         allowed, cur, left, _ = _pg_take(
             pg_autocommit(pg, engine), q.tb_take_pg, q.tb_first_pg, params
@@ -205,7 +205,7 @@ def sql_gcra(
 
     One autocommit statement on Postgres; one ``BEGIN IMMEDIATE`` transaction on SQLite.
     """
-    if engine.dialect.name == "postgresql":
+    if traits(engine.dialect.name).autocommit_statements:
         step_us, step_rem = divmod(window_us, limit)
         params = {
             "p_name": name,

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from taskq.constants import DEFAULT_RESERVATION_BACKOFF, SCHEMA_NAME_RE, validate_name
-from taskq.db.dialect import is_postgres
+from taskq.db.dialect import schema_translate_map
 from taskq.db.queries import ratelimit as q
 from taskq.exceptions import ReservationUnavailable
 from taskq.ratelimit._algorithms import from_us, to_us, us_to_timedelta
@@ -44,9 +44,8 @@ def _uuid(value: object, what: str) -> UUID:
 
 
 def _bind(engine: Engine, schema: str) -> Engine:
-    if is_postgres(engine.url):
-        return engine.execution_options(schema_translate_map={None: schema})
-    return engine
+    translate = schema_translate_map(engine.url, schema)
+    return engine.execution_options(schema_translate_map=translate) if translate else engine
 
 
 class ConcurrencyReservation:
