@@ -24,10 +24,10 @@ from taskq.backends.sql import SqlBackend
 from taskq.client import JobsClient
 from taskq.context import JobContext
 from taskq.db.tables import jobs
-from taskq.progress import ProgressEvent
+from taskq.progress import ProgressEvent, progress_channel
 from taskq.retry import RetryPolicy
 from tests.e2e.apps import basic
-from tests.support.workers import running_worker, worker_settings
+from tests.support.workers import running_worker, wait_until, worker_settings
 
 
 class Steps(BaseModel):
@@ -71,7 +71,12 @@ async def _stream_run(
     redis = Redis.from_url(redis_url)
     try:
         collector = asyncio.ensure_future(_collect(handle.progress_stream(redis, timeout=30)))
-        await asyncio.sleep(0.2)  # subscribed before the worker claims the job
+        channel = progress_channel(handle.job_id)
+
+        async def subscribed() -> bool:  # the stream listens before the worker claims the job
+            return dict(await redis.pubsub_numsub(channel)).get(channel.encode(), 0) > 0
+
+        await wait_until(subscribed, timeout=30)
         settings = worker_settings(engine_url, redis_url=redis_url)
         async with running_worker(settings, ACTORS):
             events = await asyncio.wait_for(collector, 30)
