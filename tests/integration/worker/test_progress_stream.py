@@ -42,15 +42,24 @@ class Steps(BaseModel):
     retry=RetryPolicy(max_attempts=3, base=timedelta(milliseconds=20), jitter=0),
 )
 async def steps(payload: Steps, ctx: JobContext[Steps]) -> None:
-    """Reports ``steps`` progress updates (pausing so none coalesce), maybe fails once."""
+    """Reports ``steps`` progress updates (none coalescing), maybe fails once."""
     for i in range(payload.steps):
         await ctx.progress(step=i + 1, detail=f"attempt {ctx.attempt}")
-        await asyncio.sleep(0.02)
+        delivered = _DELIVERED.get(ctx.job_id)
+        if delivered is not None:
+            # A test streams this job: report the next update only once this one arrived.
+            # (A fixed pause is not enough on a loaded machine: a publish still in flight
+            # when the next update comes makes the two coalesce, by design.)
+            await asyncio.wait_for(delivered.get(), 30)
+        else:
+            await asyncio.sleep(0.02)
     if payload.flaky and ctx.attempt == 1:
         raise ConnectionError("first attempt fails")
 
 
 ACTORS = {**basic.registry, steps.name: steps}
+_DELIVERED: dict[UUID, asyncio.Queue[None]] = {}
+"""Per streamed job: one item per ``progress`` event the test's stream received."""
 
 
 async def _progress_seq(engine: AsyncEngine, job_id: UUID) -> int:
@@ -59,8 +68,13 @@ async def _progress_seq(engine: AsyncEngine, job_id: UUID) -> int:
         return int((await conn.execute(stmt)).scalar_one())
 
 
-async def _collect(stream: Any) -> list[ProgressEvent]:
-    return [event async for event in stream]
+async def _collect(stream: Any, delivered: asyncio.Queue[None]) -> list[ProgressEvent]:
+    events: list[ProgressEvent] = []
+    async for event in stream:
+        events.append(event)
+        if event.event == "progress":
+            delivered.put_nowait(None)
+    return events
 
 
 async def _stream_run(
@@ -69,8 +83,11 @@ async def _stream_run(
     client = JobsClient(SqlBackend(engine))
     handle = await client.enqueue(steps, payload)
     redis = Redis.from_url(redis_url)
+    delivered = _DELIVERED[handle.job_id] = asyncio.Queue()
     try:
-        collector = asyncio.ensure_future(_collect(handle.progress_stream(redis, timeout=30)))
+        collector = asyncio.ensure_future(
+            _collect(handle.progress_stream(redis, timeout=30), delivered)
+        )
         channel = progress_channel(handle.job_id)
 
         async def subscribed() -> bool:  # the stream listens before the worker claims the job
@@ -81,6 +98,7 @@ async def _stream_run(
         async with running_worker(settings, ACTORS):
             events = await asyncio.wait_for(collector, 30)
     finally:
+        _DELIVERED.pop(handle.job_id, None)
         await redis.aclose()
     return handle.job_id, events
 
