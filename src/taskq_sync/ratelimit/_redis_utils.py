@@ -25,8 +25,10 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from taskq.exceptions import RedisExtraMissing, RedisUnavailableError
+from taskq.ratelimit._common import require_engine
 from taskq.ratelimit._lua import LuaScript, evalsha_command
 from taskq.settings import TaskQSettings
+from taskq_sync.ratelimit import _sql
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -148,3 +150,29 @@ def fallback_engine(
         extra={"bucket": name, "backend": "redis", "fallback": "postgres"},
     )
     return pg_pool
+
+
+def reset_stored(
+    name: str,
+    redis_key: str,
+    *,
+    backend: str,
+    redis_client: Redis | None,
+    pg_pool: Engine | None,
+    settings: TaskQSettings | None,
+) -> None:
+    """Forget a primitive's stored state: Postgres ``DELETE``, or Redis ``DEL`` with fallback.
+
+    Shared by every primitive whose memory state is reset by the caller.
+    """
+    if backend == "postgres":
+        _sql.sql_reset(require_engine(pg_pool, name), name)
+        return
+    client = require_redis(redis_client, name)
+    try:
+        client.delete(redis_key)
+    except REDIS_DOWN as exc:
+        engine = fallback_engine(name, exc, pg_pool, settings)
+        if engine is None:
+            raise
+        _sql.sql_reset(engine, name)

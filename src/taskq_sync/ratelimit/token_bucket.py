@@ -287,14 +287,12 @@ class TokenBucket:
         """Refill to capacity at once (idempotent): Redis ``DEL``, Postgres ``DELETE``."""
         if self.backend == "memory":
             self._memory.reset()
-        elif self.backend == "postgres":
-            _sql.sql_reset(require_engine(pg_pool, self.name), self.name)
-        else:
-            client = rru.require_redis(redis_client, self.name)
-            try:
-                client.delete(self.redis_key)
-            except rru.REDIS_DOWN as exc:
-                engine = rru.fallback_engine(self.name, exc, pg_pool, settings)
-                if engine is None:
-                    raise
-                _sql.sql_reset(engine, self.name)
+            return
+        rru.reset_stored(
+            self.name,
+            self.redis_key,
+            backend=self.backend,
+            redis_client=redis_client,
+            pg_pool=pg_pool,
+            settings=settings,
+        )
