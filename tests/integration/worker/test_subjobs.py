@@ -6,7 +6,6 @@ registered at ``Scope.LOOP`` in the worker's DI registry.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 from uuid import UUID
@@ -98,7 +97,8 @@ async def test_transactional_parent_failure_leaves_no_children(
     with capture_logs() as logs:
         async with running_worker(worker_settings(engine_url), ACTORS, di_registry=registry):
             await wait_until(lambda: _terminal(engine, parent.job_id))
-            await asyncio.sleep(0.3)  # a replay, if one wrongly ran, would land by now
+    # Leaving running_worker shut the worker down, which awaits the completer's spawned
+    # tasks (where a replay runs): a replay that wrongly ran has landed by now.
     assert await _status(engine, parent.job_id) == "failed"
     assert await _children(engine, parent.job_id) == []
     # The handles' ids were never written anywhere.
