@@ -3,11 +3,25 @@
 The hot path is ONE ``EVALSHA`` round trip (:func:`evalsha`). For a plain ``Redis``
 client (redis-py >= 5.3, not a subclass, not ``single_connection_client``) the command,
 pre-encoded once per primitive (:func:`taskq.ratelimit._lua.evalsha_command`), is
-written straight to a connection borrowed from the client's pool and the reply read
-back: redis-py's per-command machinery (argument encoding and framing, the retry
-wrapper, event dispatch and its own metrics) costs more client CPU than the script
-costs the server, and is what kept an acquire well below a raw ``EVALSHA``. Any other
-client (a cluster, a subclass, a single-connection client) goes through
+written straight to a redis-py connection and the reply read back: redis-py's
+per-command machinery (argument encoding and framing, the retry wrapper, event dispatch
+and its own metrics) costs more client CPU than the script costs the server.
+
+The connection is *held*: taken from the client's pool once and kept idle, beside that
+pool, for the next acquire, instead of a pool checkout and checkin per acquire. A redis-py checkout is not free: besides the pool lock and its metrics, it
+probes the socket for unexpected data (three system calls) before every command, which
+on a virtual machine costs as much as the script itself. A held connection cannot have
+unread data: every path that could leave a reply unread (a timeout, a cancelled task, a
+dead socket) disconnects it and gives it back to the pool. At most
+:data:`HELD_IDLE_MAX` connections (and 1/16 of the pool's size) stay held per pool
+(concurrent acquirers each take their own, and extra ones go back to the pool after
+use); they stay counted as in use
+by the pool, so ``pool.disconnect()`` (``client.close()``) closes them too, and a closed
+one reconnects on its next command as any redis-py connection does. Pools that wait
+for a free connection (``BlockingConnectionPool``, a subclass) or allow fewer than 32
+are never held from: the checkout then happens per acquire. A forked child drops what it inherited.
+
+Any other client (a cluster, a subclass, a single-connection client) goes through
 ``execute_command``. A connection error on the direct path drops that connection and
 runs the command once more through ``execute_command``, which applies the client's own
 retry policy (as redis-py would have). ``NOSCRIPT`` (the server lost its script cache)
@@ -19,6 +33,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 from typing import TYPE_CHECKING, Any
 
 from taskq.exceptions import RedisExtraMissing, RedisUnavailableError
@@ -49,24 +64,60 @@ class _NeverRaised(Exception):
 
 
 def _errors() -> tuple[
-    type[BaseException], type[BaseException], tuple[type[BaseException], ...], Any
+    type[BaseException], type[BaseException], tuple[type[BaseException], ...], Any, Any
 ]:
     try:
         from redis import __version__
-        from redis.asyncio import Redis
+        from redis.asyncio import ConnectionPool, Redis
         from redis.exceptions import ConnectionError as RedisConnectionError
         from redis.exceptions import NoScriptError, ResponseError
         from redis.exceptions import TimeoutError as RedisTimeoutError
     except ImportError:
-        return _NeverRaised, _NeverRaised, (_NeverRaised,), None
+        return _NeverRaised, _NeverRaised, (_NeverRaised,), None, None
     major, minor = (int(part) for part in __version__.split(".")[:2])
     direct = Redis if (major, minor) >= (5, 3) else None  # pool.get_connection() takes no args
-    return NoScriptError, ResponseError, (RedisConnectionError, RedisTimeoutError), direct
+    down = (RedisConnectionError, RedisTimeoutError)
+    return NoScriptError, ResponseError, down, direct, ConnectionPool
 
 
-NO_SCRIPT, _REPLY_ERROR, REDIS_DOWN, _DIRECT_CLIENT = _errors()
+NO_SCRIPT, _REPLY_ERROR, REDIS_DOWN, _DIRECT_CLIENT, _HOLDING_POOL = _errors()
 """``NOSCRIPT`` (reload and retry), an error reply, the errors that mean "Redis is down"
-(fall back), and the client class the direct path serves."""
+(fall back), the client class the direct path serves, and the one pool class whose
+connections may be held (see the module doc)."""
+
+HELD_IDLE_MAX = 8
+"""Idle connections kept held per pool (and at most 1/16 of the pool's ``max_connections``:
+6 of redis-py's default 100); more concurrent acquirers check out and return."""
+
+_HOLD_MIN_POOL = 32
+"""A pool bounded below this many connections is never held from (see the module doc)."""
+
+_HELD_ATTRIBUTE = "_taskq_held_connections"
+"""Where a pool keeps its held idle connections: on the pool object itself, so that they
+live and die with it (a held connection refers back to its pool, so a table keyed by the
+pool would keep every pool alive)."""
+
+_fork_generation = 0
+"""Bumped in a forked child: what a pool held before the fork belongs to the parent."""
+
+
+def _after_fork_in_child() -> None:
+    global _fork_generation
+    _fork_generation += 1
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class _Held(list[Any]):
+    """The idle connections held from one pool, how many it may keep, and in which process."""
+
+    __slots__ = ("cap", "generation")
+
+    def __init__(self, cap: int) -> None:
+        super().__init__()
+        self.cap = cap
+        self.generation = _fork_generation
 
 
 def redis_down_errors() -> tuple[type[BaseException], ...]:
@@ -114,12 +165,16 @@ async def evalsha(
         if command is None:
             command = evalsha_command(script.sha, *args)
         pool = client.connection_pool
-        conn = await pool.get_connection()
+        held = getattr(pool, _HELD_ATTRIBUTE, None)
+        if held is None or held.generation != _fork_generation:
+            held = _holdable(pool)
+            setattr(pool, _HELD_ATTRIBUTE, held)
+        conn = held.pop() if held else await pool.get_connection()
         try:
             await conn.send_packed_command((command,))  # an iterable of chunks (sync and async)
             reply = await conn.read_response()
         except _REPLY_ERROR:
-            await pool.release(conn)
+            await _checkin(pool, held, conn)
             raise
         except REDIS_DOWN:
             await conn.disconnect()
@@ -129,10 +184,26 @@ async def evalsha(
             await conn.disconnect()
             await pool.release(conn)
             raise
-        await pool.release(conn)
+        await _checkin(pool, held, conn)
         return reply
     except NO_SCRIPT:
         return await reload_and_run(client, script, args)
+
+
+def _holdable(pool: Any) -> _Held:
+    """A new held list for ``pool``: empty, and allowed none where the pool cannot spare any."""
+    size = pool.max_connections
+    if pool.__class__ is _HOLDING_POOL and size >= _HOLD_MIN_POOL:
+        return _Held(min(HELD_IDLE_MAX, size // 16))
+    return _Held(0)
+
+
+async def _checkin(pool: Any, held: _Held, conn: Any) -> None:
+    """Keep ``conn`` held for the next acquire, or give it back to ``pool``."""
+    if len(held) < held.cap:
+        held.append(conn)
+    else:
+        await pool.release(conn)
 
 
 def fallback_engine(

@@ -298,16 +298,17 @@ async def aconnect(engine: Any, *, autocommit: bool) -> Any:
 async def test_a_pooled_redis_connection_killed_by_the_server_is_replaced(
     redis_url: str, unique_name: str, settings: TaskQSettings, flavour: str
 ) -> None:
-    """The direct path drops a dead pooled connection and runs the command once more
+    """The direct path drops a dead held connection and runs the command once more
     through redis-py (its retry policy), so the caller sees a normal decision."""
     import redis as sync_redis
 
     import taskq_sync.ratelimit as srl
 
+    name = f"tq-{unique_name}"
     client: Any = (
-        aredis.Redis.from_url(redis_url)
+        aredis.Redis.from_url(redis_url, client_name=name)
         if flavour == "async"
-        else sync_redis.Redis.from_url(redis_url)
+        else sync_redis.Redis.from_url(redis_url, client_name=name)
     )
     admin = sync_redis.Redis.from_url(redis_url)
     rl: Any = __import__("taskq.ratelimit", fromlist=["TokenBucket"]) if flavour == "async" else srl
@@ -315,8 +316,9 @@ async def test_a_pooled_redis_connection_killed_by_the_server_is_replaced(
         kw = {"redis_client": client, "settings": settings}
         tb = rl.TokenBucket(unique_name, capacity=5, refill_per_second=0)
         assert (await call(tb.acquire(**kw))).remaining == 4
-        own_id = await call(client.client_id())  # runs on the one pooled connection
-        admin.client_kill_filter(_id=own_id)
+        held = [c["id"] for c in admin.client_list() if c["name"] == name]
+        assert len(held) == 1  # the one connection the acquire holds
+        admin.client_kill_filter(_id=held[0])
         d = await call(tb.acquire(**kw))
         assert d.allowed
         assert d.remaining == 3
