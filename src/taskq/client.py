@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from taskq.actor import ActorRef, get_actor
 from taskq.actor_config_ops import ActorsClient
 from taskq.backends.base import Backend
-from taskq.backends.sql import SqlBackend
+from taskq.backends.sql import SqlBackend, held_connections_cap
 from taskq.db.engine import make_engine
 from taskq.exceptions import JobNotFoundError
 from taskq.handle import JobHandle
@@ -188,7 +188,11 @@ class TaskQ:
         self.settings = settings or TaskQSettings.load()
         self._owns_engine = engine is None
         self.engine = engine if engine is not None else make_engine(dsn, settings=self.settings)
-        self.backend = SqlBackend(self.engine, settings=self.settings)
+        self.backend = SqlBackend(
+            self.engine,
+            settings=self.settings,
+            held_connections=held_connections_cap(self.engine),
+        )
         self.jobs = JobsClient(self.backend, settings=self.settings)
         self.actors = ActorsClient(self.engine, settings=self.settings)
 
@@ -204,6 +208,8 @@ class TaskQ:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Dispose of the engine if this ``TaskQ`` created it."""
+        """Return the backend's held connections; dispose of the engine if this ``TaskQ``
+        created it."""
+        await self.backend.aclose()
         if self._owns_engine:
             await self.engine.dispose()

@@ -202,6 +202,8 @@ class TaskQ:
         self.close()
 
     def close(self) -> None:
-        """Dispose of the engine if this ``TaskQ`` created it."""
+        """Return the backend's held connections; dispose of the engine if this ``TaskQ``
+        created it."""
+        self.backend.close()
         if self._owns_engine:
             self.engine.dispose()

@@ -51,4 +51,5 @@ async def producer_env(
     yield Env(store, mode, client, engine=engine, sync_tq=sync_tq, async_tq=async_tq)
     if sync_tq is not None:
         sync_tq.close()
+    await async_tq.aclose()  # its held connections; the engine is the fixture's
     await engine.dispose()

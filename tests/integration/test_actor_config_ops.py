@@ -57,6 +57,8 @@ async def tq(engine_url: Any, settings: TaskQSettings, mode: str) -> Any:
     yield client
     if mode == "sync":
         client.close()
+    else:
+        await client.aclose()
     await engine.dispose()
 
 

@@ -26,6 +26,7 @@ from taskq.settings import TaskQSettings
 
 __all__ = [
     "IDLE_PING_AFTER_S",
+    "IDLE_SINCE_OVERRIDE",
     "READONLY_OPTION",
     "Traits",
     "advisory_xact_lock",
@@ -53,6 +54,13 @@ IDLE_PING_AFTER_S: Final = 10.0
 """A pooled Postgres connection idle at least this long is pinged before it is handed out."""
 
 _IDLE_SINCE: Final = "taskq_idle_since"
+
+IDLE_SINCE_OVERRIDE: Final = "taskq_idle_since_override"
+"""Key of a connection's ``info``: when it really went idle, if that was before its checkin.
+
+A connection that taskq kept checked out while idle (the plain enqueue's held
+connections, ``taskq.backends.sql``) sets it before returning to the pool, so the idle
+ping at the next checkout counts the time it sat unused outside the pool too."""
 
 
 def _url(url: str | URL) -> URL:
@@ -198,13 +206,15 @@ def install_postgres_hooks(engine: Engine) -> None:
     (``DisconnectionError`` makes the pool reconnect). A connection that dies while in
     busy use is found by the statement that uses it: SQLAlchemy then invalidates the
     whole pool, and the caller sees the error unless it can retry safely (the plain
-    enqueue can; see ``SqlBackend._enqueue_plain``).
+    enqueue can; see ``SqlBackend._enqueue_plain``). A connection returned with
+    :data:`IDLE_SINCE_OVERRIDE` in its ``info`` counts as idle since that time.
     """
     dialect = engine.dialect
 
     @event.listens_for(engine, "checkin")
     def _on_checkin(_dbapi_connection: Any, record: ConnectionPoolEntry) -> None:
-        record.info[_IDLE_SINCE] = time.monotonic()
+        since = record.info.pop(IDLE_SINCE_OVERRIDE, None)
+        record.info[_IDLE_SINCE] = since if since is not None else time.monotonic()
 
     @event.listens_for(engine, "checkout")
     def _on_checkout(dbapi_connection: Any, record: ConnectionPoolEntry, _proxy: Any) -> None:

@@ -18,7 +18,7 @@ import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import structlog
@@ -46,6 +46,9 @@ from taskq.worker.shutdown import WATCHDOG_TAIL_S, Phase, ShutdownState, Watchdo
 from taskq.worker.state import Outcome, RunningJob
 from taskq.worker.subjobs import AutonomousCounter, SubJobs
 from taskq.worker.sweep import Sweeper
+
+if TYPE_CHECKING:
+    from taskq.backends.sql import SqlBackend
 
 __all__ = ["Worker", "configure_logging", "resolve_actors", "worker_main"]
 
@@ -93,6 +96,7 @@ class Worker:
         self.worker_id: UUID = new_uuid()
         self.state = ShutdownState()
         self._own_engine = engine is None
+        self._sub_job_backend: SqlBackend | None = None
         self.engine = engine or make_engine(settings.effective_database_url, settings=settings)
         self.limits = Limits(self.engine, settings, self.worker_id, rate_limit_registry)
         self.deps = Dependencies(di_registry)
@@ -155,10 +159,15 @@ class Worker:
         )
 
     def _sub_jobs(self) -> Callable[[RunningJob], SubJobs]:
-        from taskq.backends.sql import SqlBackend
+        from taskq.backends.sql import SqlBackend, held_connections_cap
         from taskq.client import JobsClient
 
-        client = JobsClient(SqlBackend(self.engine, settings=self.settings), settings=self.settings)
+        self._sub_job_backend = SqlBackend(
+            self.engine,
+            settings=self.settings,
+            held_connections=held_connections_cap(self.engine),
+        )
+        client = JobsClient(self._sub_job_backend, settings=self.settings)
         loop_conn = self.deps.loop_connection
         counter = AutonomousCounter(
             reason="sync actor" if loop_conn else "no AsyncConnection registered at Scope.LOOP"
@@ -388,6 +397,8 @@ class Worker:
         await self.limits.close()
         with contextlib.suppress(Exception):
             await self.progress.close()
+        if self._sub_job_backend is not None:  # its held connections, before dispose
+            await self._sub_job_backend.aclose()
         if self._own_engine:
             await self.engine.dispose()
 

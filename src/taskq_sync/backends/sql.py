@@ -16,10 +16,15 @@ connection, one round trip whether it carries one job or a whole ``enqueue_many`
 rows travel as one JSON document, the ``pg_notify`` that wakes the workers rides in the
 same statement (:func:`taskq.db.queries.jobs.insert_rows_sql`). A pooled connection
 found dead by that statement is retried once, safely: see :meth:`SqlBackend._enqueue_plain`.
+
+That statement runs on a connection the backend keeps checked out between enqueues
+(:class:`HeldConnections`): a pool checkout and checkin, with the switch to autocommit
+and back, cost more client CPU than the statement itself.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from datetime import timedelta
@@ -30,7 +35,9 @@ import psycopg
 import structlog
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.pool import QueuePool
 
+import taskq.db.dialect as dialects
 from taskq._acompat import sleep
 from taskq.db.dialect import advisory_xact_lock, traits, translate_error
 from taskq.db.queries import jobs as q
@@ -40,10 +47,121 @@ from taskq.records import AttemptRecord, EnqueueOutcome, EnqueueRequest, JobReco
 from taskq.settings import TaskQSettings
 from taskq_sync.db.engine import transaction
 
-__all__ = ["PostgresBackend", "SqlBackend", "SqliteBackend"]
+__all__ = ["HeldConnections", "PostgresBackend", "SqlBackend", "SqliteBackend"]
 _log = structlog.get_logger("taskq.enqueue")
 _ROWS_PER_STATEMENT = 5000
 "Postgres: jobs per JSON-document INSERT. An ``enqueue_many`` up to this size is one\nautocommit statement; a larger one is split into statements inside one transaction."
+_HELD_MAX = 4
+"At most this many idle connections are kept by :class:`HeldConnections`."
+
+
+def held_connections_cap(engine: Engine) -> int:
+    """How many idle autocommit connections the plain enqueue may keep checked out.
+
+    A quarter of what the pool can hand out (``pool_size + max_overflow``), at most
+    :data:`_HELD_MAX`, so the rest of the application always finds connections in the
+    pool: taskq's own engines (``pool_size=10``, as much overflow) keep up to 4. None
+    for a pool that is not a ``QueuePool`` (``NullPool`` users asked for no idle
+    connections) or that is too small to share.
+    """
+    pool = engine.pool
+    if not isinstance(pool, QueuePool):
+        return 0
+    overflow: int = getattr(pool, "_max_overflow", 0)
+    if overflow < 0:
+        return _HELD_MAX
+    return min(_HELD_MAX, (pool.size() + overflow) // 4)
+
+
+class HeldConnections:
+    """Autocommit connections the plain enqueue keeps checked out between calls.
+
+    Checking a connection out of the SQLAlchemy pool and back in for every enqueue
+    (greenlet hand-offs, pool events, switching it to autocommit and back) cost about
+    as much client CPU as the one statement it ran. The backend instead keeps up to
+    ``keep`` idle connections, already in autocommit:
+
+    * :meth:`acquire` hands the caller one of them for its exclusive use (the most
+      recently used), or checks out a new one when none is idle; so concurrent
+      enqueues each run on their own connection, and the pool's limits apply to every
+      connection taken.
+    * :meth:`release` keeps it for the next call while fewer than ``keep`` are idle,
+      and otherwise returns it to the pool.
+    * A held connection idle for ``IDLE_PING_AFTER_S`` or longer is not used: it goes
+      back to the pool (marked with the time it went idle) and the call checks one
+      out, so the pool's idle ping (``taskq.db.dialect``) applies as it would have.
+    * :meth:`discard` returns a connection that failed; :meth:`drop_idle` returns every
+      idle one (after a disconnect, when the pool has been invalidated).
+    * :meth:`aclose` returns them all; a connection released after it is returned too.
+
+    Idle ones are taken and put back under a plain lock held only around list
+    operations, so threads (the generated sync facade) share it safely as well.
+    """
+
+    def __init__(self, engine: Engine, keep: int) -> None:
+        self.engine = engine
+        "The autocommit engine new connections are checked out of."
+        self.keep = keep
+        "How many idle connections are kept at most."
+        self._idle: list[tuple[Connection, float]] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def idle(self) -> int:
+        """How many connections are held idle right now."""
+        return len(self._idle)
+
+    def acquire(self) -> Connection:
+        """A connection for the caller alone: a held idle one, else a new checkout."""
+        stale: list[tuple[Connection, float]] = []
+        conn: Connection | None = None
+        now = time.monotonic()
+        with self._lock:
+            if self._idle:
+                held, since = self._idle.pop()
+                if now - since < dialects.IDLE_PING_AFTER_S:
+                    conn = held
+                else:
+                    stale = [*self._idle, (held, since)]
+                    self._idle.clear()
+        for held, since in stale:
+            _return_to_pool(held, since)
+        if conn is not None:
+            return conn
+        return self.engine.connect()
+
+    def release(self, conn: Connection) -> None:
+        """Keep ``conn`` for the next caller, or return it to the pool if enough are kept."""
+        if not conn.invalidated:
+            with self._lock:
+                if not self._closed and len(self._idle) < self.keep:
+                    self._idle.append((conn, time.monotonic()))
+                    return
+        conn.close()
+
+    def discard(self, conn: Connection) -> None:
+        """Return ``conn`` to the pool (it failed, or its state is unknown)."""
+        conn.close()
+
+    def drop_idle(self) -> None:
+        """Return every idle connection to the pool (which re-checks them after a disconnect)."""
+        with self._lock:
+            idle, self._idle = (self._idle, [])
+        for held, since in idle:
+            _return_to_pool(held, since)
+
+    def close(self) -> None:
+        """Return every held connection to the pool; later releases return theirs too."""
+        self._closed = True
+        self.drop_idle()
+
+
+def _return_to_pool(conn: Connection, idle_since: float) -> None:
+    """Check ``conn`` in, telling the pool's idle ping when it really went idle."""
+    if not conn.invalidated:
+        conn.info[dialects.IDLE_SINCE_OVERRIDE] = idle_since
+    conn.close()
 
 
 class SqlBackend:
@@ -62,6 +180,18 @@ class SqlBackend:
         )
         self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
         self._plain_sql_cache: dict[bool, str] = {}
+        self.held = HeldConnections(
+            self._autocommit, held_connections_cap(engine) if self._doc_insert else 0
+        )
+        "The autocommit connections the plain enqueue keeps between calls."
+
+    def close(self) -> None:
+        """Return the connections this backend holds to the engine's pool.
+
+        Call it before disposing of the engine (``TaskQ`` does): ``dispose`` closes only
+        the connections checked in to the pool.
+        """
+        self.held.close()
 
     def enqueue(
         self, requests: Sequence[EnqueueRequest], *, connection: Connection | None = None
@@ -93,11 +223,12 @@ class SqlBackend:
         A capped actor (a stored ``actor_config.max_pending``, read through the TTL cache)
         needs the locked count, so the caller falls back to the transactional path.
 
-        There is no pre-ping on checkout (it would be a second round trip per enqueue; the
-        engine pings only connections that sat idle, see ``taskq.db.dialect``). If the
-        statement fails because the pooled connection was dead (SQLAlchemy reports
-        ``connection_invalidated`` and has already recycled the pool), it is retried ONCE
-        on a fresh connection. That retry is safe although the first attempt may have
+        The statement runs on a held connection (:class:`HeldConnections`). There is no
+        pre-ping (it would be a second round trip per enqueue; only connections that sat
+        idle are pinged, see ``taskq.db.dialect``). If the statement fails because the
+        connection was dead (SQLAlchemy reports ``connection_invalidated`` and has already
+        recycled the pool), the connection and every other idle held one go back to the
+        pool and the statement is retried ONCE on a freshly checked-out connection. That retry is safe although the first attempt may have
         committed before the connection broke: the job ids were fixed client-side, so the
         retry inserts with ``ON CONFLICT (id) DO NOTHING`` and reads back any row the lost
         attempt wrote. Exactly one job per request either way; any other error, or a
@@ -106,24 +237,35 @@ class SqlBackend:
         rows: list[Any] = []
         retried = False
         for attempt in (0, 1):
+            capped = False
+            conn = self.held.acquire()
             try:
-                with self._autocommit.connect() as conn:
-                    for actor in {req.actor for req in requests}:
-                        if self._stored_max_pending(conn, actor) is not None:
-                            return None
+                for actor in {req.actor for req in requests}:
+                    if self._stored_max_pending(conn, actor) is not None:
+                        capped = True
+                        break
+                else:
                     sql = self._plain_sql(conn, skip_existing=retried)
                     params = {"rows": q.rows_document(requests), "channel": self._channel}
                     rows = _execute_on_driver(conn, sql, params)
-                break
             except DBAPIError as exc:
+                self.held.discard(conn)
                 if attempt == 0 and exc.connection_invalidated:
                     _log.warning("enqueue_retry_after_disconnect", jobs=len(requests))
+                    self.held.drop_idle()
                     retried = True
                     continue
                 translated = translate_error(exc)
                 if translated is exc:
                     raise
                 raise translated from exc
+            except BaseException:
+                self.held.discard(conn)
+                raise
+            self.held.release(conn)
+            if capped:
+                return None
+            break
         if retried:
             found = self._read_back(requests)
             return [EnqueueOutcome(found[req.job_id]) for req in requests]
