@@ -33,7 +33,7 @@ from taskq.records import (
 from taskq.settings import TaskQSettings
 from taskq_sync.actor_config_ops import ActorsClient
 from taskq_sync.backends.base import Backend
-from taskq_sync.backends.sql import SqlBackend
+from taskq_sync.backends.sql import SqlBackend, held_connections_cap
 from taskq_sync.db.engine import make_engine
 from taskq_sync.handle import JobHandle
 
@@ -186,7 +186,9 @@ class TaskQ:
         self.settings = settings or TaskQSettings.load()
         self._owns_engine = engine is None
         self.engine = engine if engine is not None else make_engine(dsn, settings=self.settings)
-        self.backend = SqlBackend(self.engine, settings=self.settings)
+        self.backend = SqlBackend(
+            self.engine, settings=self.settings, held_connections=held_connections_cap(self.engine)
+        )
         self.jobs = JobsClient(self.backend, settings=self.settings)
         self.actors = ActorsClient(self.engine, settings=self.settings)
 

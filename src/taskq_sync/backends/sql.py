@@ -47,7 +47,13 @@ from taskq.records import AttemptRecord, EnqueueOutcome, EnqueueRequest, JobReco
 from taskq.settings import TaskQSettings
 from taskq_sync.db.engine import transaction
 
-__all__ = ["HeldConnections", "PostgresBackend", "SqlBackend", "SqliteBackend"]
+__all__ = [
+    "HeldConnections",
+    "PostgresBackend",
+    "SqlBackend",
+    "SqliteBackend",
+    "held_connections_cap",
+]
 _log = structlog.get_logger("taskq.enqueue")
 _ROWS_PER_STATEMENT = 5000
 "Postgres: jobs per JSON-document INSERT. An ``enqueue_many`` up to this size is one\nautocommit statement; a larger one is split into statements inside one transaction."
@@ -165,9 +171,18 @@ def _return_to_pool(conn: Connection, idle_since: float) -> None:
 
 
 class SqlBackend:
-    """The job store on ``engine`` (which the caller owns and disposes of)."""
+    """The job store on ``engine`` (which the caller owns and disposes of).
 
-    def __init__(self, engine: Engine, *, settings: TaskQSettings | None = None) -> None:
+    ``held_connections``: how many idle autocommit connections the plain enqueue may
+    keep checked out between calls (:class:`HeldConnections`; Postgres only). ``TaskQ``
+    passes :func:`held_connections_cap`; a backend that holds any must be closed with
+    :meth:`aclose` before its engine is disposed of. The default, 0, checks a connection
+    out of the pool for every enqueue and needs no closing.
+    """
+
+    def __init__(
+        self, engine: Engine, *, settings: TaskQSettings | None = None, held_connections: int = 0
+    ) -> None:
         self.engine = engine
         self.dialect: str = engine.dialect.name
         resolved = settings or TaskQSettings.load()
@@ -180,16 +195,16 @@ class SqlBackend:
         )
         self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
         self._plain_sql_cache: dict[bool, str] = {}
-        self.held = HeldConnections(
-            self._autocommit, held_connections_cap(engine) if self._doc_insert else 0
-        )
+        if held_connections < 0:
+            raise ValueError(f"held_connections must be >= 0, got {held_connections}")
+        self.held = HeldConnections(self._autocommit, held_connections if self._doc_insert else 0)
         "The autocommit connections the plain enqueue keeps between calls."
 
     def close(self) -> None:
         """Return the connections this backend holds to the engine's pool.
 
         Call it before disposing of the engine (``TaskQ`` does): ``dispose`` closes only
-        the connections checked in to the pool.
+        the connections checked in to the pool. Idempotent; a no-op when none are held.
         """
         self.held.close()
 
