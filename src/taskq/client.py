@@ -10,13 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from uuid import UUID
 
 from pydantic import BaseModel, TypeAdapter
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from taskq._ids import new_job_ids
 from taskq.actor import ActorRef, get_actor
 from taskq.actor_config_ops import ActorsClient
 from taskq.backends.base import Backend
@@ -123,12 +124,18 @@ class JobsClient:
         Every item is validated before anything is written; all are written or none.
         """
         refs: list[ActorRef[Any, Any]] = []
-        requests: list[EnqueueRequest] = []
+        requests: list[EnqueueRequest | None] = []
         stc = self._default_stc
         # (actor, payload) pairs carry no options: each actor is resolved once, later
-        # items of it are made like the first (see request_like).
+        # items of it are made like the first (see request_like). Their ids are made in
+        # one batch, and payloads that are instances of exactly the actor's model (which
+        # cannot fail validation) are dumped together per actor after the loop; any other
+        # payload is validated in its turn, so the first bad item is the one reported.
         templates: dict[int, EnqueueRequest] = {}
-        for item in items:
+        deferred: dict[int, tuple[list[int], list[Any]]] = {}
+        ids = new_job_ids(len(items))
+        for index, item in enumerate(items):
+            request: EnqueueRequest | None
             if isinstance(item, EnqueueArgs):
                 ref = _resolve(item.actor)
                 request = self._request(ref, item.payload, dict(item.options))
@@ -138,15 +145,26 @@ class JobsClient:
                 template = templates.get(id(ref))
                 if template is None:
                     request = templates[id(ref)] = build_request(
-                        ref, payload, default_start_to_close=stc
+                        ref, payload, default_start_to_close=stc, job_id=ids[index]
                     )
+                elif type(payload) is ref.payload_type:
+                    request = None  # made below, with the actor's other deferred items
+                    indexes, payloads = deferred.setdefault(id(ref), ([], []))
+                    indexes.append(index)
+                    payloads.append(payload)
                 else:
-                    request = request_like(template, ref.dump_payload(payload))
+                    request = request_like(template, ref.dump_payload(payload), ids[index])
             refs.append(ref)
             requests.append(request)
+        for ref_id, (indexes, payloads) in deferred.items():
+            template = templates[ref_id]
+            dumped = refs[indexes[0]].dump_payloads(payloads)
+            for i, body in zip(indexes, dumped, strict=True):
+                requests[i] = request_like(template, body, ids[i])
         if not requests:
             return []
-        outcomes = await self.backend.enqueue(requests, connection=connection)
+        made = cast("list[EnqueueRequest]", requests)  # every None was filled in above
+        outcomes = await self.backend.enqueue(made, connection=connection)
         return [self._handle(ref, outcome) for ref, outcome in zip(refs, outcomes, strict=True)]
 
     async def get(

@@ -351,8 +351,12 @@ def build_request(
     parent_job_id: UUID | None = None,
     unique_for: timedelta | None = None,
     max_pending: int | None = None,
+    job_id: UUID | None = None,
 ) -> EnqueueRequest:
     """Validate one enqueue against its actor and resolve every option.
+
+    ``job_id``: an id made in advance (``enqueue_many`` makes its ids in one batch);
+    by default a new one.
 
     Raises before anything is written: ``PayloadValidationError`` for the payload,
     ``ValueError``/``TypeError`` for an option (naming it). ``unique_for``/``max_pending``
@@ -401,7 +405,7 @@ def build_request(
     if window is not None and identity_key is None:
         warn_unique_for_ignored(ref.name)
     return EnqueueRequest(
-        job_id=new_job_id(),
+        job_id=job_id if job_id is not None else new_job_id(),
         actor=ref.name,
         queue=queue,
         payload=body,
@@ -424,17 +428,19 @@ def build_request(
     )
 
 
-def request_like(template: EnqueueRequest, payload: dict[str, Any]) -> EnqueueRequest:
+def request_like(
+    template: EnqueueRequest, payload: dict[str, Any], job_id: UUID | None = None
+) -> EnqueueRequest:
     """A new job like ``template`` (a :func:`build_request` made with no per-job options)
     carrying ``payload`` (already dumped by the actor).
 
     ``enqueue_many`` of ``(actor, payload)`` pairs resolves each actor once and makes
     every further item with this: a new id, the payload, a fresh ``metadata`` dict, the
     rest shared. The caller's trace context is the template's (one
-    batch, one span).
+    batch, one span). ``job_id``: one of a batch made by ``new_job_ids``, else a new one.
     """
     return EnqueueRequest(
-        job_id=new_job_id(),
+        job_id=job_id if job_id is not None else new_job_id(),
         actor=template.actor,
         queue=template.queue,
         payload=payload,

@@ -13,13 +13,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from uuid import UUID
 
 from pydantic import BaseModel, TypeAdapter
 from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import URL
 
+from taskq._ids import new_job_ids
 from taskq.actor import ActorRef, get_actor
 from taskq.exceptions import JobNotFoundError
 from taskq.records import (
@@ -125,10 +126,13 @@ class JobsClient:
         Every item is validated before anything is written; all are written or none.
         """
         refs: list[ActorRef[Any, Any]] = []
-        requests: list[EnqueueRequest] = []
+        requests: list[EnqueueRequest | None] = []
         stc = self._default_stc
         templates: dict[int, EnqueueRequest] = {}
-        for item in items:
+        deferred: dict[int, tuple[list[int], list[Any]]] = {}
+        ids = new_job_ids(len(items))
+        for index, item in enumerate(items):
+            request: EnqueueRequest | None
             if isinstance(item, EnqueueArgs):
                 ref = _resolve(item.actor)
                 request = self._request(ref, item.payload, dict(item.options))
@@ -138,15 +142,26 @@ class JobsClient:
                 template = templates.get(id(ref))
                 if template is None:
                     request = templates[id(ref)] = build_request(
-                        ref, payload, default_start_to_close=stc
+                        ref, payload, default_start_to_close=stc, job_id=ids[index]
                     )
+                elif type(payload) is ref.payload_type:
+                    request = None
+                    indexes, payloads = deferred.setdefault(id(ref), ([], []))
+                    indexes.append(index)
+                    payloads.append(payload)
                 else:
-                    request = request_like(template, ref.dump_payload(payload))
+                    request = request_like(template, ref.dump_payload(payload), ids[index])
             refs.append(ref)
             requests.append(request)
+        for ref_id, (indexes, payloads) in deferred.items():
+            template = templates[ref_id]
+            dumped = refs[indexes[0]].dump_payloads(payloads)
+            for i, body in zip(indexes, dumped, strict=True):
+                requests[i] = request_like(template, body, ids[i])
         if not requests:
             return []
-        outcomes = self.backend.enqueue(requests, connection=connection)
+        made = cast("list[EnqueueRequest]", requests)
+        outcomes = self.backend.enqueue(made, connection=connection)
         return [self._handle(ref, outcome) for ref, outcome in zip(refs, outcomes, strict=True)]
 
     def get(self, job_id: UUID, *, result_adapter: TypeAdapter[R] | None = None) -> JobHandle[R]:

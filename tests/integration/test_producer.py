@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
@@ -70,6 +71,19 @@ async def single_capped(payload: Item) -> None: ...
 
 @actor(name="prod_unique_capped", unique_for=timedelta(minutes=10), max_pending=1)
 async def unique_capped(payload: Item) -> None: ...
+
+
+class Tagged(BaseModel):
+    n: int
+    tag: str = "t"
+
+
+class MoreItem(Item):
+    extra: str = "dropped"
+
+
+@actor(name="prod_other", queue="other")
+async def other(payload: Tagged) -> None: ...
 
 
 async def test_enqueue_creates_a_pending_job_with_actor_defaults(producer_env: Env) -> None:
@@ -305,6 +319,45 @@ async def test_enqueue_many(producer_env: Env) -> None:
     assert handles[51].job_id == handles[50].job_id
     assert await env.count("prod_plain") == 50
     assert await env.call(env.client.enqueue_many, []) == []
+
+
+async def test_enqueue_many_keeps_each_item_in_its_place(producer_env: Env) -> None:
+    """Interleaved actors and payload kinds (model instances, which ``enqueue_many`` dumps
+    per actor in one go; mappings and other models, validated in turn) come back in
+    order, each with its own payload, ids increasing along the batch."""
+    env = producer_env
+    items: list[Any] = []
+    expected: list[tuple[str, dict[str, Any]]] = []
+    for i in range(12):
+        if i % 3 == 0:
+            items.append((other, Tagged(n=i, tag=f"x{i}")))
+            expected.append(("prod_other", {"n": i, "tag": f"x{i}"}))
+        elif i % 3 == 1:
+            items.append((plain, Item(n=i)))
+            expected.append(("prod_plain", {"n": i}))
+        elif i % 4 == 2:
+            items.append((plain, {"n": str(i)}))  # coerced by validation
+            expected.append(("prod_plain", {"n": i}))
+        else:
+            items.append((plain, MoreItem(n=i)))  # another model: re-validated, extra dropped
+            expected.append(("prod_plain", {"n": i}))
+    handles = await env.call(env.client.enqueue_many, items)
+    ids = [h.job_id for h in handles]
+    assert ids == sorted(ids)
+    records = [await env.call(h.refresh) for h in handles]
+    assert [(r.actor, r.payload) for r in records] == expected
+    assert [r.queue for r in records[:3]] == ["other", "work", "work"]
+
+
+async def test_enqueue_many_reports_the_first_bad_item(producer_env: Env) -> None:
+    env = producer_env
+    items: list[Any] = [(plain, Item(n=1)), (other, Tagged(n=2)), (other, Tagged(n=3))]
+    items += [(other, {"n": "bad"}), (plain, Item(n=4)), (plain, {"n": "worse"})]
+    with pytest.raises(PayloadValidationError) as caught:
+        await env.call(env.client.enqueue_many, items)
+    assert caught.value.actor == "prod_other"
+    assert await env.count("prod_plain") == 0
+    assert await env.count("prod_other") == 0
 
 
 async def test_enqueue_many_is_all_or_nothing(producer_env: Env) -> None:

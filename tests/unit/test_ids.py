@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import pickle
 import sys
+import uuid
 
 import pytest
 
-from taskq._ids import new_job_id
+from taskq import _ids
+from taskq._ids import new_job_id, new_job_ids
 
 
 def test_ids_are_uuid7_increasing_and_unique() -> None:
@@ -31,3 +34,33 @@ def test_a_forked_child_draws_fresh_random_bits() -> None:
     os.close(read_end)
     os.close(write_end)
     assert parent[8:] != child[8:]
+
+
+def test_batches_continue_the_sequence_and_equal_plain_uuids() -> None:
+    before = new_job_id()
+    batch = new_job_ids(10_000)  # more than 4096 ids: the counter carries into the next ms
+    after = new_job_id()
+    ids = [before, *batch, after]
+    assert ids == sorted(ids)
+    assert len(set(ids)) == len(ids)
+    for made in batch[:50]:
+        assert made.version == 7
+        assert made.variant == uuid.RFC_4122
+        same = uuid.UUID(int=made.int)
+        assert (made, hash(made), str(made), made.bytes) == (
+            same,
+            hash(same),
+            str(same),
+            same.bytes,
+        )
+        assert pickle.loads(pickle.dumps(made)) == same
+    assert new_job_ids(0) == []
+
+
+def test_batch_ids_use_the_constructor_when_the_shortcut_is_unavailable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_ids, "_FAST_UUID", False)
+    batch = new_job_ids(3)
+    assert batch == sorted(batch)
+    assert all(type(i) is uuid.UUID and i.version == 7 for i in batch)
