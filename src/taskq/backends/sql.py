@@ -17,6 +17,11 @@ found dead by that statement is retried once, safely: see :meth:`SqlBackend._enq
 That statement runs on a connection the backend keeps checked out between enqueues
 (:class:`HeldConnections`): a pool checkout and checkin, with the switch to autocommit
 and back, cost more client CPU than the statement itself.
+
+A plain ``enqueue_many`` of at least ``SqlBackend.copy_min_rows`` jobs is written with
+binary ``COPY`` instead, in one transaction on a held connection: a few more round trips,
+but about half the server time and client CPU per job of the statement (see
+:meth:`SqlBackend._enqueue_copy`).
 """
 
 from __future__ import annotations
@@ -41,10 +46,17 @@ from taskq.db.engine import transaction
 from taskq.db.queries import jobs as q
 from taskq.db.queries.dispatch import notify_channel, notify_enqueued
 from taskq.exceptions import MaxPendingExceededError, SingletonCollisionError
-from taskq.records import AttemptRecord, EnqueueOutcome, EnqueueRequest, JobRecord
+from taskq.records import (
+    AttemptRecord,
+    EnqueueOutcome,
+    EnqueueRequest,
+    JobRecord,
+    RecordSource,
+)
 from taskq.settings import TaskQSettings
 
 __all__ = [
+    "COPY_MIN_ROWS",
     "HeldConnections",
     "PostgresBackend",
     "SqlBackend",
@@ -58,6 +70,12 @@ _ROWS_PER_STATEMENT = 5000
 autocommit statement; a larger one is split into statements inside one transaction."""
 _HELD_MAX = 4
 """At most this many idle connections are kept by :class:`HeldConnections`."""
+COPY_MIN_ROWS = 250
+"""Postgres: a plain batch of at least this many jobs is written with COPY (the default of
+``SqlBackend.copy_min_rows``). COPY costs a fixed ~0.4 ms more client CPU per batch (four
+more round trips: BEGIN, the clock reading, COPY in two) and saves server time per row;
+measured on the reference machine, the two paths take the same wall time at ~200 jobs,
+COPY is ~10% faster at 300 and ~27% at 1,000. Below the threshold: the one statement."""
 
 
 def held_connections_cap(engine: AsyncEngine) -> int:
@@ -204,6 +222,10 @@ class SqlBackend:
             raise ValueError(f"held_connections must be >= 0, got {held_connections}")
         self.held = HeldConnections(self._autocommit, held_connections if self._doc_insert else 0)
         """The autocommit connections the plain enqueue keeps between calls."""
+        self.copy_min_rows = COPY_MIN_ROWS
+        """Postgres: plain batches of at least this many jobs are written with COPY
+        (:meth:`_enqueue_copy`); smaller ones with the one statement."""
+        self._copy_sql: str | None = None
 
     async def aclose(self) -> None:
         """Return the connections this backend holds to the engine's pool.
@@ -217,15 +239,15 @@ class SqlBackend:
         self, requests: Sequence[EnqueueRequest], *, connection: AsyncConnection | None = None
     ) -> list[EnqueueOutcome]:
         """Apply ``requests`` in one transaction (or in the caller's, given ``connection``)."""
-        if (
-            connection is None
-            and self._doc_insert
-            and len(requests) <= _ROWS_PER_STATEMENT
-            and _uncapped_plain(requests)
-        ):
-            outcomes = await self._enqueue_plain(requests)
-            if outcomes is not None:
-                return outcomes
+        if connection is None and self._doc_insert and _uncapped_plain(requests):
+            if len(requests) >= self.copy_min_rows:
+                outcomes = await self._enqueue_copy(requests)
+                if outcomes is not None:
+                    return outcomes
+            if len(requests) <= _ROWS_PER_STATEMENT:
+                outcomes = await self._enqueue_plain(requests)
+                if outcomes is not None:
+                    return outcomes
         if connection is not None:
             try:
                 return await self._enqueue_on(connection, requests)
@@ -297,11 +319,85 @@ class SqlBackend:
             for req, source in zip(requests, sources, strict=True)
         ]
 
+    async def _enqueue_copy(
+        self, requests: Sequence[EnqueueRequest]
+    ) -> list[EnqueueOutcome] | None:
+        """Insert plain requests with binary COPY in one transaction; ``None`` to fall back.
+
+        On a held connection (:class:`HeldConnections`), after the same capped-actor check
+        as :meth:`_enqueue_plain` (a capped actor: ``None``, the caller takes the
+        transactional path): ``BEGIN``; ``copy_clock_sql`` reads ``clock_timestamp()`` and
+        queues the ``pg_notify`` of each distinct queue (delivered at commit); the rows,
+        every timestamp derived from that reading (:func:`taskq.db.queries.jobs.copy_chunks`);
+        ``COMMIT``. All or nothing: any error rolls the transaction back and is raised as
+        the one-statement path raises it (a ``DBAPIError``, translated).
+
+        A connection found dead (before the COPY began: nothing was written, ``None`` and
+        the caller goes on with a fresh one; during it or its commit, which may have gone
+        through) is handled as :meth:`_enqueue_plain` handles one: the held connections go
+        back to the pool and the batch is inserted again ONCE with ``ON CONFLICT (id) DO
+        NOTHING`` and read back (:meth:`_insert_again`). A timestamp out of Python's range
+        (a delay of millennia) aborts the COPY, and the caller falls back too.
+        """
+        copying = False
+        conn = await self.held.acquire()
+        try:
+            for actor in {req.actor for req in requests}:
+                if await self._stored_max_pending(conn, actor) is not None:
+                    await self.held.release(conn)
+                    return None
+            if self._copy_sql is None:
+                self._copy_sql = q.copy_rows_sql(conn.dialect, _translate_map(conn))
+            params = {"channel": self._channel, "queues": sorted({r.queue for r in requests})}
+            copying = True
+            sources = await _copy_on_driver(
+                conn, q.copy_clock_sql(conn.dialect), params, self._copy_sql, requests
+            )
+        except q.UnencodableRow:  # the COPY was aborted, the transaction rolled back
+            await self.held.release(conn)
+            return None
+        except DBAPIError as exc:
+            await self.held.discard(conn)
+            if exc.connection_invalidated:
+                _log.warning("enqueue_retry_after_disconnect", jobs=len(requests))
+                await self.held.drop_idle()  # died with it, most likely
+                return await self._insert_again(requests) if copying else None
+            translated = translate_error(exc)
+            if translated is exc:
+                raise
+            raise translated from exc
+        except BaseException:
+            await self.held.discard(conn)
+            raise
+        await self.held.release(conn)
+        return [
+            EnqueueOutcome(source, job_id=req.job_id)
+            for req, source in zip(requests, sources, strict=True)
+        ]
+
+    async def _insert_again(self, requests: Sequence[EnqueueRequest]) -> list[EnqueueOutcome]:
+        """After a COPY whose connection died: insert the batch again, in one transaction
+        on a fresh connection, with ``ON CONFLICT (id) DO NOTHING`` (the lost attempt may
+        have committed; the ids were fixed client-side), then read every row back.
+        Exactly one job per request; a second failure is raised."""
+        async with transaction(self.engine) as conn:
+            sql = self._plain_sql(conn, skip_existing=True)
+            for start in range(0, len(requests), _ROWS_PER_STATEMENT):
+                chunk = requests[start : start + _ROWS_PER_STATEMENT]
+                params = {"rows": q.rows_document(chunk), "channel": self._channel}
+                await conn.exec_driver_sql(sql, params)
+        found = await self._read_back(requests)
+        return [EnqueueOutcome(found[req.job_id]) for req in requests]
+
     async def _read_back(self, requests: Sequence[EnqueueRequest]) -> dict[UUID, JobRecord]:
         """The rows of ``requests`` after a retried insert; each must exist."""
+        found: dict[UUID, JobRecord] = {}
         async with transaction(self.engine, readonly=True) as conn:
-            result = await conn.execute(q.get_many([req.job_id for req in requests]))
-            found = {row["id"]: JobRecord.from_mapping(row) for row in result.mappings().all()}
+            for start in range(0, len(requests), _ROWS_PER_STATEMENT):
+                ids = [req.job_id for req in requests[start : start + _ROWS_PER_STATEMENT]]
+                result = await conn.execute(q.get_many(ids))
+                for row in result.mappings().all():
+                    found[row["id"]] = JobRecord.from_mapping(row)
         missing = [str(req.job_id) for req in requests if req.job_id not in found]
         if missing:
             raise RuntimeError(f"jobs {', '.join(missing)} were neither inserted nor found")
@@ -443,31 +539,81 @@ class SqlBackend:
             interval = min(interval * 2, 0.5)
 
 
+def _driver_connection(conn: AsyncConnection) -> Any:
+    """The psycopg connection SQLAlchemy checked out for ``conn``."""
+    if ASYNC:
+        sync_conn = conn.sync_connection
+        assert sync_conn is not None  # started by ``async with engine.connect()``
+        return sync_conn.connection.driver_connection
+    else:
+        return conn.connection.driver_connection
+
+
+async def _driver_error(
+    conn: AsyncConnection, driver: Any, sql: str, params: Any, exc: psycopg.Error
+) -> Exception:
+    """``exc`` as SQLAlchemy would raise it: a dead connection is handed back to SQLAlchemy,
+    which invalidates it and the rest of the pool and raises
+    ``DBAPIError(connection_invalidated=True)``; any other driver error is returned
+    wrapped in its ``DBAPIError`` subclass."""
+    if driver.closed or driver.broken:
+        await conn.exec_driver_sql(";")  # SQLAlchemy meets the dead connection: raises
+    return DBAPIError.instance(sql, params, exc, psycopg.Error, dialect=conn.dialect)
+
+
 async def _execute_on_driver(conn: AsyncConnection, sql: str, params: dict[str, Any]) -> list[Any]:
     """Run ``sql`` on the psycopg connection that SQLAlchemy checked out for ``conn``.
 
     The hot path's statement is compiled once (``insert_rows_sql``); going through
     ``exec_driver_sql`` would still build an execution context and a result wrapper per
     call, a quarter of the client's CPU per enqueue. Errors come out as SQLAlchemy
-    would raise them: a dead connection is handed back to SQLAlchemy, which invalidates
-    it and the rest of the pool and raises ``DBAPIError(connection_invalidated=True)``;
-    any other driver error is wrapped in its ``DBAPIError`` subclass.
+    would raise them (:func:`_driver_error`).
     """
-    driver: Any
-    if ASYNC:
-        sync_conn = conn.sync_connection
-        assert sync_conn is not None  # started by ``async with engine.connect()``
-        driver = sync_conn.connection.driver_connection
-    else:
-        driver = conn.connection.driver_connection
+    driver = _driver_connection(conn)
     try:
         cursor = await driver.execute(sql, params)
         rows: list[Any] = await cursor.fetchall()
         return rows
     except psycopg.Error as exc:
-        if driver.closed or driver.broken:
-            await conn.exec_driver_sql(";")  # SQLAlchemy meets the dead connection: raises
-        raise DBAPIError.instance(sql, params, exc, psycopg.Error, dialect=conn.dialect) from exc
+        raise await _driver_error(conn, driver, sql, params, exc) from exc
+
+
+async def _copy_on_driver(
+    conn: AsyncConnection,
+    clock_sql: str,
+    params: dict[str, Any],
+    copy_sql: str,
+    requests: Sequence[EnqueueRequest],
+) -> list[RecordSource]:
+    """Write ``requests`` with binary COPY in one transaction on ``conn``'s psycopg
+    connection (in autocommit: psycopg's ``transaction()`` sends BEGIN, then COMMIT, or
+    ROLLBACK on any error) and return their records.
+
+    ``clock_sql`` (:func:`taskq.db.queries.jobs.copy_clock_sql`) reads the server clock and
+    queues the wake-ups; then the data of :func:`taskq.db.queries.jobs.copy_chunks`, made
+    from that reading, is streamed a few hundred rows at a time (the server inserts one
+    buffer while the next is built). A timestamp out of range (``UnencodableRow``), or any
+    other error, aborts the COPY and rolls back: nothing is written. Driver errors come
+    out as SQLAlchemy would raise them (:func:`_driver_error`).
+    """
+    driver = _driver_connection(conn)
+    sql: str = clock_sql  # what failed, for the error
+    shown: dict[str, Any] | None = params
+    try:
+        async with driver.transaction():
+            cursor = await driver.execute(clock_sql, params)
+            (now, _) = await cursor.fetchone()
+            sql, shown = copy_sql, None
+            async with cursor.copy(copy_sql) as copy:
+                for chunk in q.copy_chunks(requests, now):
+                    await copy.write(chunk)
+                # while the server takes in the last rows; could only fail as the
+                # encoding would have, and an error here still aborts the COPY
+                records = q.copied_records(requests, now)
+            sql = "COMMIT"
+        return records
+    except psycopg.Error as exc:
+        raise await _driver_error(conn, driver, sql, shown, exc) from exc
 
 
 def _uncapped_plain(requests: Sequence[EnqueueRequest]) -> bool:

@@ -1,0 +1,543 @@
+"""The COPY path of a large plain ``enqueue_many`` on Postgres (``SqlBackend._enqueue_copy``).
+
+What it must keep from the one-statement path it replaces: records equal to a re-read of
+the rows (timestamps from the server's clock, delays rounded as ``make_interval`` rounds),
+JSON that round-trips exactly, all-or-nothing batches, one wake-up per queue at commit,
+exactly one job per request after a lost connection; on the async and the sync client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+import psycopg
+import pytest
+from pydantic import BaseModel
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import DBAPIError
+from structlog.testing import capture_logs
+
+from taskq import TaskQ, actor
+from taskq._ids import new_job_id
+from taskq.backends import sql as sql_backend
+from taskq.backends.sql import COPY_MIN_ROWS, SqlBackend
+from taskq.db.queries import jobs as jobs_queries
+from taskq.db.queries.dispatch import notify_channel
+from taskq.exceptions import MaxPendingExceededError
+from taskq.records import EnqueueArgs, EnqueueRequest, JobRecord
+from taskq.settings import TaskQSettings
+
+pytestmark = pytest.mark.integration
+
+N = COPY_MIN_ROWS  # the smallest batch that takes the COPY path
+
+AWKWARD = [
+    "back\\slash",
+    "\\N",
+    "\\.",
+    "\\",
+    "tab\there",
+    "new\nline",
+    "carriage\rreturn",
+    "\r\n",
+    "quote \" and ' both",
+    "unicode: é ß 漢字 🙂 \u200b \u202e",
+    "PGCOPY\n\xff\r\n",
+    "\x01\x1f\x7f",
+    "",
+    "x" * 5000,
+]
+
+
+class Doc(BaseModel):
+    n: int
+    text: str = ""
+    items: list[str] = []
+
+
+@actor(name="copy_plain", queue="copy_a", priority=3)
+async def copy_plain(payload: Doc) -> None: ...
+
+
+def _libpq(url: URL) -> str:
+    return url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def _count(url: URL, actor: str = "copy_plain") -> int:
+    with psycopg.connect(_libpq(url), autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM taskq.jobs WHERE actor = %s", [actor]).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _stored_json(url: URL, job_id: UUID) -> tuple[str, str, str, str | None]:
+    """The stored JSON documents of a row, as the server prints them."""
+    with psycopg.connect(_libpq(url), autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT payload::text, tags::text, metadata::text, identity_key "
+            "FROM taskq.jobs WHERE id = %s",
+            [job_id],
+        ).fetchone()
+    assert row is not None
+    return row[0], row[1], row[2], row[3]
+
+
+@contextmanager
+def _copy_calls(module: Any = sql_backend) -> Iterator[list[int]]:
+    """Count the COPY transactions ``module`` (taskq's or taskq_sync's backend) runs."""
+    real = module._copy_on_driver
+    calls: list[int] = []
+
+    def spy(conn: Any, clock: str, params: Any, copy: str, requests: Any) -> Any:
+        calls.append(len(requests))
+        return real(conn, clock, params, copy, requests)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(module, "_copy_on_driver", spy)
+        yield calls
+
+
+def _varied(n: int, parent: UUID) -> list[EnqueueRequest]:
+    """``n`` plain requests with every option the COPY writes, in every combination."""
+    at = datetime(2031, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+    delays = [0.1, 1 / 3, 2.5e-6, 3.5e-6, 1e-7, 12345.6789015, 86400.0 * 365 * 50]
+    out = []
+    for i in range(n):
+        kind = i % 7
+        out.append(
+            EnqueueRequest(
+                job_id=new_job_id(),
+                actor="copy_plain",
+                queue=f"copy_q{i % 3}",
+                payload={"n": i, "text": AWKWARD[i % len(AWKWARD)], "f": 2.5e-5 * i},
+                priority=(i % 5) - 2,
+                scheduled_at=at + timedelta(microseconds=i) if kind == 1 else None,
+                delay_s=delays[i % len(delays)] if kind in (2, 3) else None,
+                identity_key=f"id\t{i}\\" if kind == 4 else None,
+                tags=("t\\1", f"t{i}") if kind in (3, 4, 5) else (),
+                metadata={"k": [1, 2.5, None], "s": AWKWARD[i % len(AWKWARD)]} if kind else {},
+                max_attempts=i % 4 or None,
+                start_to_close_s=1.5 if i % 2 else None,
+                schedule_to_close_s=delays[(i + 3) % len(delays)] if kind in (3, 5, 6) else None,
+                trace_context={"traceparent": f"00-{i:032x}-{i:016x}-01"} if kind == 6 else None,
+                parent_job_id=parent if kind in (1, 5) else None,
+            )
+        )
+    return out
+
+
+async def test_copy_records_equal_the_rows_and_the_statement_path(
+    pg_url: URL, settings: TaskQSettings
+) -> None:
+    """Every column the COPY writes is what the one statement writes for the same request,
+    timestamps relative to the server's clock reading included, to the microsecond."""
+    async with TaskQ(pg_url, settings=settings) as tq:
+        backend = tq.backend
+        parent = new_job_id()
+        requests = _varied(N, parent)
+        with _copy_calls() as calls:
+            outcomes = await backend.enqueue(requests)
+        assert calls == [N]
+        twins = [dataclasses.replace(req, job_id=new_job_id()) for req in requests]
+        backend.copy_min_rows = len(twins) + 1
+        with _copy_calls() as calls:
+            statement = await backend.enqueue(twins)
+        assert calls == []
+        assert len({o.record.created_at for o in outcomes}) == 1
+        for req, outcome, twin in zip(requests, outcomes, statement, strict=True):
+            stored = await backend.get_job(req.job_id)
+            assert outcome.record == stored
+            assert outcome.was_existing is False
+            assert stored is not None
+            other = await backend.get_job(twin.job_id)
+            assert other is not None
+            assert _relative(stored) == _relative(other)
+            assert _stored_json(pg_url, req.job_id) == _stored_json(pg_url, twin.job_id)
+            assert stored.payload == req.payload
+            assert stored.metadata == req.metadata
+            assert stored.tags == list(req.tags)
+            assert stored.identity_key == req.identity_key
+        kinds = {(r.status, r.deadline_at is not None) for r in (o.record for o in outcomes)}
+        assert kinds == {
+            ("pending", False),
+            ("pending", True),
+            ("scheduled", False),
+            ("scheduled", True),
+        }
+
+
+def _relative(record: JobRecord) -> tuple[Any, ...]:
+    """A record with its timestamps as offsets from its ``created_at`` (the clock reading)."""
+    base = record.created_at
+    fields = dataclasses.asdict(record)
+    fields.pop("id")
+    for name in ("scheduled_at", "deadline_at", "updated_at", "created_at"):
+        value = fields[name]
+        fields[name] = value - base if value is not None else None
+    if record.scheduled_at.year == 2031:  # an explicit time is absolute
+        fields["scheduled_at"] = record.scheduled_at
+    return tuple(sorted(fields.items()))
+
+
+async def test_client_enqueue_many_takes_the_copy_path(
+    pg_url: URL, settings: TaskQSettings
+) -> None:
+    async with TaskQ(pg_url, settings=settings) as tq:
+        items = [(copy_plain, Doc(n=i, text=AWKWARD[i % len(AWKWARD)])) for i in range(N - 2)]
+        items += [
+            EnqueueArgs(copy_plain, {"n": -1}, {"delay": timedelta(seconds=1.5)}),
+            EnqueueArgs(
+                copy_plain,
+                {"n": -2, "items": AWKWARD},
+                {"tags": ["a\\b", "c\td"], "metadata": {"m": AWKWARD}, "queue": "copy_b"},
+            ),
+        ]
+        with _copy_calls() as calls:
+            handles = await tq.jobs.enqueue_many(items)
+        assert calls == [N]
+        for handle in handles:
+            assert handle.record == await handle.refresh()
+        assert handles[-2].record is not None
+        assert handles[-2].record.status == "scheduled"
+        with _copy_calls() as calls:
+            small = await tq.jobs.enqueue_many([(copy_plain, Doc(n=i)) for i in range(N - 1)])
+        assert calls == []  # below the threshold: the one statement
+        assert len(small) == N - 1
+        assert _count(pg_url) == 2 * N - 1
+
+
+def test_sync_client_takes_the_copy_path(pg_url: URL, settings: TaskQSettings) -> None:
+    from taskq_sync import TaskQ as SyncTaskQ
+    from taskq_sync.backends import sql as sync_backend
+
+    with SyncTaskQ(pg_url, settings=settings) as tq:
+        items: list[Any] = [(copy_plain, Doc(n=i, text=AWKWARD[i % 5])) for i in range(N)]
+        items.append(EnqueueArgs(copy_plain, {"n": 1}, {"schedule_to_close": timedelta(5)}))
+        with _copy_calls(sync_backend) as calls:
+            handles = tq.jobs.enqueue_many(items)
+        assert calls == [N + 1]
+        for handle in handles:
+            assert handle.record == handle.refresh()
+    assert _count(pg_url) == N + 1
+
+
+async def test_awkward_json_and_text_round_trip_exactly(
+    pg_url: URL, settings: TaskQSettings
+) -> None:
+    """Binary COPY fields are length-prefixed: every string comes back as it went in."""
+    async with TaskQ(pg_url, settings=settings) as tq:
+        requests = [
+            EnqueueRequest(
+                job_id=new_job_id(),
+                actor="copy_plain",
+                queue="copy_a",
+                payload={"text": text, "all": AWKWARD, text: i},
+                identity_key=text[:200] or None,
+                tags=(text,) if text else (),
+                metadata={"m": text, "nested": {text: [text]}},
+            )
+            for i, text in enumerate(AWKWARD * (N // len(AWKWARD) + 1))
+        ]
+        with _copy_calls() as calls:
+            await tq.backend.enqueue(requests)
+        assert calls == [len(requests)]
+        for req in requests:
+            stored = await tq.backend.get_job(req.job_id)
+            assert stored is not None
+            assert stored.payload == req.payload
+            assert stored.identity_key == req.identity_key
+            assert stored.tags == list(req.tags)
+            assert stored.metadata == req.metadata
+
+
+@pytest.mark.parametrize("where", ["payload", "tag", "identity_key"])
+async def test_a_nul_character_fails_the_whole_batch_as_the_statement_does(
+    pg_url: URL, settings: TaskQSettings, where: str
+) -> None:
+    """jsonb refuses "\\u0000" and text refuses NUL: a DBAPIError, nothing written, as on the
+    one-statement path; the held connection is fine afterwards."""
+    async with TaskQ(pg_url, settings=settings) as tq:
+        for copy_min_rows in (N, 10**9):  # COPY, then the one statement
+            tq.backend.copy_min_rows = copy_min_rows
+            requests = [
+                EnqueueRequest(
+                    job_id=new_job_id(), actor="copy_plain", queue="copy_a", payload={"n": i}
+                )
+                for i in range(N)
+            ]
+            bad = requests[N // 2]
+            if where == "payload":
+                bad.payload = {"text": "nul\x00"}
+            elif where == "tag":
+                bad.tags = ("nul\x00",)
+            else:
+                bad.identity_key = "nul\x00"
+            with pytest.raises(DBAPIError) as caught:
+                await tq.backend.enqueue(requests)
+            assert isinstance(caught.value.orig, psycopg.DataError)
+            assert caught.value.connection_invalidated is False
+            assert _count(pg_url) == 0
+        handles = await tq.jobs.enqueue_many([(copy_plain, Doc(n=i)) for i in range(N)])
+        assert len(handles) == N
+        assert _count(pg_url) == N
+
+
+@contextmanager
+def _failing_trigger(url: URL, *, n: int, deferred: bool = False) -> Iterator[None]:
+    """Make the insert of the job whose payload ``n`` is ``n`` fail on the server (at the row,
+    or at COMMIT with ``deferred``), in this test's database only, for the block."""
+    kind = "CONSTRAINT TRIGGER" if deferred else "TRIGGER"
+    when = "AFTER INSERT" if deferred else "BEFORE INSERT"
+    timing = "DEFERRABLE INITIALLY DEFERRED" if deferred else ""
+    with psycopg.connect(_libpq(url), autocommit=True) as conn:
+        conn.execute(
+            "CREATE FUNCTION taskq.copy_test_fail() RETURNS trigger LANGUAGE plpgsql AS $$ "
+            f"BEGIN IF (NEW.payload->>'n')::int = {n} THEN "
+            "RAISE EXCEPTION 'copy_test_fail' USING ERRCODE = 'check_violation'; END IF; "
+            "RETURN NEW; END $$"
+        )
+        conn.execute(
+            f"CREATE {kind} copy_test_fail {when} ON taskq.jobs {timing} "
+            "FOR EACH ROW EXECUTE FUNCTION taskq.copy_test_fail()"
+        )
+        try:
+            yield
+        finally:
+            conn.execute("DROP TRIGGER copy_test_fail ON taskq.jobs")
+            conn.execute("DROP FUNCTION taskq.copy_test_fail()")
+
+
+@pytest.mark.parametrize(
+    ("size", "fail_at", "deferred"),
+    [
+        (N, N // 2, False),  # mid-batch
+        (N, N - 1, False),  # the last row, after every buffer was sent
+        (N, 0, True),  # at COMMIT
+        (6001, 6000, False),  # more than the one statement takes at once
+    ],
+)
+async def test_a_failing_row_writes_nothing_and_wakes_nobody(
+    pg_url: URL, settings: TaskQSettings, size: int, fail_at: int, deferred: bool
+) -> None:
+    listener = await psycopg.AsyncConnection.connect(_libpq(pg_url), autocommit=True)
+    channel = notify_channel(settings.schema_name)
+    await listener.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
+    async with TaskQ(pg_url, settings=settings) as tq:
+        with _failing_trigger(pg_url, n=fail_at, deferred=deferred), _copy_calls() as calls:
+            with pytest.raises(DBAPIError) as caught:
+                await tq.jobs.enqueue_many(
+                    [EnqueueArgs(copy_plain, {"n": i}, {"queue": "copy_bad"}) for i in range(size)]
+                )
+            assert calls == [size]
+        assert isinstance(caught.value.orig, psycopg.errors.CheckViolation)
+        assert _count(pg_url) == 0
+        await tq.jobs.enqueue_many(
+            [EnqueueArgs(copy_plain, {"n": i}, {"queue": "copy_ok"}) for i in range(N)]
+        )
+    seen: list[str] = []
+
+    async def until_ok() -> None:
+        async for note in listener.notifies():
+            seen.append(note.payload)
+            if note.payload == "copy_ok":
+                return
+
+    await asyncio.wait_for(until_ok(), timeout=5)
+    await listener.close()
+    assert seen == ["copy_ok"]
+    assert _count(pg_url) == N
+
+
+async def test_one_notification_per_queue_at_commit(pg_url: URL, settings: TaskQSettings) -> None:
+    listener = await psycopg.AsyncConnection.connect(_libpq(pg_url), autocommit=True)
+    channel = notify_channel(settings.schema_name)
+    await listener.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
+    async with TaskQ(pg_url, settings=settings) as tq:
+        with _copy_calls() as calls:
+            await tq.jobs.enqueue_many(
+                [(copy_plain, Doc(n=i)) for i in range(N)]
+                + [EnqueueArgs(copy_plain, {"n": 7}, {"queue": "copy_c"})]
+                + [EnqueueArgs(copy_plain, {"n": 8}, {"delay": timedelta(hours=1)})]
+            )
+        assert calls == [N + 2]
+    seen: list[str] = []
+
+    async def collect() -> None:
+        async for note in listener.notifies():
+            assert note.channel == channel
+            seen.append(note.payload)
+            if len(seen) == 2:
+                return
+
+    await asyncio.wait_for(collect(), timeout=5)
+    await asyncio.sleep(0.2)  # nothing else arrives: one per distinct queue
+    await listener.close()
+    assert sorted(seen) == ["copy_a", "copy_c"]
+
+
+def _kill_other_backends(url: URL) -> int:
+    with psycopg.connect(_libpq(url), autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+    return len(rows)
+
+
+async def test_copy_survives_a_dead_held_connection(pg_url: URL, settings: TaskQSettings) -> None:
+    async with TaskQ(pg_url, settings=settings) as tq:
+        await tq.jobs.enqueue_many([(copy_plain, Doc(n=i)) for i in range(N)])  # caps cached
+        assert _kill_other_backends(pg_url) >= 1
+        with capture_logs() as logs, _copy_calls() as calls:
+            handles = await tq.jobs.enqueue_many([(copy_plain, Doc(n=i)) for i in range(N)])
+        assert calls == [N]
+        assert [e["event"] for e in logs] == ["enqueue_retry_after_disconnect"]
+        assert [await h.status() for h in handles[:3]] == ["pending"] * 3
+        for handle in handles:
+            assert handle.record == await handle.refresh()
+        assert _count(pg_url) == 2 * N
+
+
+def _lost(before_commit: bool) -> Any:
+    """A ``_copy_on_driver`` whose connection dies before it runs, or after it committed."""
+    real = sql_backend._copy_on_driver
+
+    async def copy(conn: Any, clock: str, params: Any, sql: str, requests: Any) -> Any:
+        if not before_commit:
+            await real(conn, clock, params, sql, requests)
+        raise DBAPIError(
+            sql,
+            None,
+            psycopg.OperationalError("server closed the connection unexpectedly"),
+            connection_invalidated=True,
+        )
+
+    return copy
+
+
+@pytest.mark.parametrize("before_commit", [True, False])
+async def test_retry_after_a_lost_copy_writes_each_job_once(
+    pg_url: URL, settings: TaskQSettings, monkeypatch: pytest.MonkeyPatch, before_commit: bool
+) -> None:
+    monkeypatch.setattr(sql_backend, "_copy_on_driver", _lost(before_commit))
+    statements: list[str] = []
+    real_sql = SqlBackend._plain_sql
+
+    def plain_sql(self: SqlBackend, conn: Any, *, skip_existing: bool) -> str:
+        sql = real_sql(self, conn, skip_existing=skip_existing)
+        statements.append(sql)
+        return sql
+
+    monkeypatch.setattr(SqlBackend, "_plain_sql", plain_sql)
+    async with TaskQ(pg_url, settings=settings) as tq:
+        size = 5000 + N  # the retry takes two statements, in one transaction
+        handles = await tq.jobs.enqueue_many(
+            [(copy_plain, Doc(n=i)) for i in range(size - 1)]
+            + [EnqueueArgs(copy_plain, {"n": 1}, {"delay": timedelta(seconds=5)})]
+        )
+        assert len(statements) == 1
+        assert "ON CONFLICT (id) DO NOTHING" in statements[0]
+        assert _count(pg_url) == size
+        for handle in handles[:: N // 4] + handles[-1:]:
+            assert handle.record == await handle.refresh()
+            assert handle.was_existing is False
+        assert handles[-1].record is not None
+        assert handles[-1].record.status == "scheduled"
+
+
+async def test_a_failed_retry_is_raised(
+    pg_url: URL, settings: TaskQSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sql_backend, "_copy_on_driver", _lost(before_commit=True))
+    monkeypatch.setattr(
+        SqlBackend, "_plain_sql", lambda self, conn, skip_existing: "SELEC %(rows)s, %(channel)s"
+    )
+    async with TaskQ(pg_url, settings=settings) as tq:
+        with pytest.raises(DBAPIError) as caught:
+            await tq.jobs.enqueue_many([(copy_plain, Doc(n=i)) for i in range(N)])
+        assert isinstance(caught.value.orig, psycopg.errors.SyntaxError)
+    assert _count(pg_url) == 0
+
+
+async def test_a_capped_actor_takes_the_transactional_path(
+    pg_url: URL, settings: TaskQSettings
+) -> None:
+    async with TaskQ(pg_url, settings=settings) as tq:
+        await tq.actors.set("copy_plain", max_pending=N + 10)
+        with _copy_calls() as calls:
+            with pytest.raises(MaxPendingExceededError):
+                await tq.jobs.enqueue_many([(copy_plain, Doc(n=i)) for i in range(N + 11)])
+            assert _count(pg_url) == 0
+            handles = await tq.jobs.enqueue_many([(copy_plain, Doc(n=i)) for i in range(N + 10)])
+        assert calls == []
+        assert len(handles) == N + 10
+
+
+async def test_a_timestamp_out_of_python_range_falls_back(
+    pg_url: URL, settings: TaskQSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deadline of 9,000 years cannot be computed client-side: the COPY is abandoned (with
+    nothing written) and the one statement does what it always did."""
+    fallbacks: list[int] = []
+    real = SqlBackend._enqueue_plain
+
+    async def plain(self: SqlBackend, requests: Any) -> Any:
+        fallbacks.append(len(requests))
+        return await real(self, requests)
+
+    monkeypatch.setattr(SqlBackend, "_enqueue_plain", plain)
+    async with TaskQ(pg_url, settings=settings) as tq:
+        requests = [
+            EnqueueRequest(job_id=new_job_id(), actor="copy_plain", queue="copy_a", payload={})
+            for _ in range(N)
+        ]
+        requests[-1].schedule_to_close_s = 86400.0 * 365 * 9000
+        # the statement path's own failure, after its insert:
+        with _copy_calls() as calls, pytest.raises(ValueError):
+            await tq.backend.enqueue(requests)
+        assert calls == [N]
+        assert fallbacks == [N]
+
+
+async def test_every_timestamp_derives_from_the_server_clock_reading(
+    pg_url: URL, settings: TaskQSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rows' created_at/updated_at/scheduled_at/deadline_at are the reading of the clock
+    statement (here made to read a fixed instant) plus the delays, never the client's clock."""
+    reading = datetime(2001, 2, 3, 4, 5, 6, 789012, tzinfo=UTC)
+    real = jobs_queries.copy_clock_sql
+
+    def fixed_clock(dialect: Any) -> str:
+        sql = real(dialect)
+        assert sql.count("clock_timestamp()") == 1
+        return sql.replace("clock_timestamp()", f"'{reading.isoformat()}'::timestamptz")
+
+    monkeypatch.setattr(jobs_queries, "copy_clock_sql", fixed_clock)
+    async with TaskQ(pg_url, settings=settings) as tq:
+        with _copy_calls() as calls:
+            handles = await tq.jobs.enqueue_many(
+                [(copy_plain, Doc(n=i)) for i in range(N - 1)]
+                + [
+                    EnqueueArgs(
+                        copy_plain,
+                        {"n": 1},
+                        {"delay": timedelta(seconds=90), "schedule_to_close": timedelta(hours=2)},
+                    )
+                ]
+            )
+        assert calls == [N]
+        for handle in handles:
+            assert handle.record == await handle.refresh()
+        first, last = handles[0].record, handles[-1].record
+        assert first is not None
+        assert last is not None
+        assert first.created_at == first.updated_at == first.scheduled_at == reading
+        assert last.created_at == reading
+        assert last.scheduled_at == reading + timedelta(seconds=90)
+        assert last.deadline_at == reading + timedelta(hours=2)

@@ -1,0 +1,140 @@
+"""The binary COPY data and statement of the Postgres bulk enqueue (taskq.db.queries.jobs)."""
+
+from __future__ import annotations
+
+import struct
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy.dialects.postgresql import psycopg
+
+from taskq._ids import new_job_id
+from taskq.db.queries import jobs as q
+from taskq.db.tables import jobs
+from taskq.records import EnqueueRequest
+
+NOW = datetime(2026, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
+
+
+def _request(**options: object) -> EnqueueRequest:
+    return EnqueueRequest(
+        job_id=new_job_id(), actor="a", queue="q", payload={"s": "é\\\t"}, **options
+    )  # type: ignore[arg-type]
+
+
+def _rows(data: bytes) -> list[list[bytes | None]]:
+    """Parse binary COPY data back into fields (what the server does with it)."""
+    assert data.startswith(b"PGCOPY\n\xff\r\n\x00\x00\x00\x00\x00\x00\x00\x00\x00")
+    at = 19
+    rows = []
+    while True:
+        (count,) = struct.unpack_from(">h", data, at)
+        at += 2
+        if count == -1:
+            assert at == len(data)
+            return rows
+        row: list[bytes | None] = []
+        for _ in range(count):
+            (length,) = struct.unpack_from(">i", data, at)
+            at += 4
+            if length == -1:
+                row.append(None)
+            else:
+                row.append(data[at : at + length])
+                at += length
+        rows.append(row)
+
+
+def test_copy_statement_names_the_table_through_the_schema_map() -> None:
+    dialect = psycopg.dialect()
+    columns = ", ".join(col.name for col in q.COPY_COLUMNS)
+    assert q.copy_rows_sql(dialect, {None: "taskq"}) == (
+        f"COPY taskq.jobs ({columns}) FROM STDIN (FORMAT BINARY)"
+    )
+    assert q.copy_rows_sql(dialect, {None: "Odd Name"}).startswith('COPY "Odd Name".jobs (')
+    assert q.copy_rows_sql(dialect, None).startswith("COPY jobs (id, payload, ")
+
+
+def test_copy_columns_are_the_ones_a_plain_row_sets_with_the_types_encoded() -> None:
+    """The encoder writes each column in its binary wire format: a type change here must
+    change the encoder too. Columns left out take their defaults, as in the statement."""
+    expected = {
+        "id": "UUID",
+        "payload": "JSONB",
+        "actor": "VARCHAR(200)",
+        "queue": "VARCHAR(200)",
+        "priority": "SMALLINT",
+        "max_attempts": "INTEGER",
+        "start_to_close_s": "FLOAT",
+        "created_at": "TIMESTAMP WITH TIME ZONE",
+        "updated_at": "TIMESTAMP WITH TIME ZONE",
+        "status": "VARCHAR(16)",
+        "scheduled_at": "TIMESTAMP WITH TIME ZONE",
+        "deadline_at": "TIMESTAMP WITH TIME ZONE",
+        "schedule_to_close_s": "FLOAT",
+        "identity_key": "VARCHAR(200)",
+        "tags": "JSONB",
+        "metadata": "JSONB",
+        "trace_context": "JSONB",
+        "parent_job_id": "UUID",
+    }
+    dialect = psycopg.dialect()
+    assert [col.name for col in q.COPY_COLUMNS] == list(expected)
+    for col in q.COPY_COLUMNS:
+        assert col.table is jobs
+        assert col.type.compile(dialect=dialect) == expected[col.name], col.name
+    for col in jobs.c:
+        if col.name not in expected:
+            assert col.nullable or col.server_default is not None, col.name
+
+
+def test_chunks_carry_every_row_once_with_one_header_and_one_trailer() -> None:
+    requests = [_request() for _ in range(601)]
+    chunks = list(q.copy_chunks(requests, NOW, rows=250))
+    assert len(chunks) == 3
+    rows = _rows(b"".join(chunks))
+    assert [row[0] for row in rows] == [req.job_id.bytes for req in requests]
+    assert {len(row) for row in rows} == {len(q.COPY_COLUMNS)}
+    payload = rows[0][1]
+    assert payload == b"\x01" + '{"s":"é\\\\\\t"}'.encode()  # jsonb version 1, JSON as is
+
+
+def test_timestamps_are_the_reading_plus_rounded_intervals() -> None:
+    requests = [
+        _request(),
+        _request(delay_s=2.5e-6, schedule_to_close_s=3.5e-6),
+        _request(scheduled_at=datetime(2030, 1, 1, tzinfo=UTC)),
+    ]
+    names = [col.name for col in q.COPY_COLUMNS]
+    rows = _rows(b"".join(q.copy_chunks(requests, NOW)))
+    epoch = datetime(2000, 1, 1, tzinfo=UTC)
+
+    def at(row: list[bytes | None], name: str) -> datetime | None:
+        raw = row[names.index(name)]
+        return None if raw is None else epoch + timedelta(microseconds=struct.unpack(">q", raw)[0])
+
+    records = [source() for source in q.copied_records(requests, NOW)]  # type: ignore[operator]
+    for row, record in zip(rows, records, strict=True):
+        assert at(row, "created_at") == at(row, "updated_at") == NOW == record.created_at
+        assert at(row, "scheduled_at") == record.scheduled_at
+        assert at(row, "deadline_at") == record.deadline_at
+        assert row[names.index("status")] == record.status.encode()
+    assert records[1].scheduled_at == NOW + timedelta(microseconds=2)  # half to even
+    assert records[1].deadline_at == NOW + timedelta(microseconds=4)
+    assert records[2].scheduled_at == datetime(2030, 1, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"schedule_to_close_s": 86400.0 * 365 * 9000},
+        {"delay_s": float("inf")},
+        {"delay_s": float("nan")},
+    ],
+)
+def test_a_timestamp_python_cannot_hold_is_unencodable(options: dict[str, float]) -> None:
+    requests = [_request(), _request(**options)]
+    with pytest.raises(q.UnencodableRow):
+        q.copied_records(requests, NOW)
+    with pytest.raises(q.UnencodableRow):
+        list(q.copy_chunks(requests, NOW))
