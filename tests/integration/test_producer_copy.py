@@ -541,3 +541,33 @@ async def test_every_timestamp_derives_from_the_server_clock_reading(
         assert last.created_at == reading
         assert last.scheduled_at == reading + timedelta(seconds=90)
         assert last.deadline_at == reading + timedelta(hours=2)
+
+
+@pytest.mark.parametrize("after_chunks", [1, 3])
+async def test_a_cancelled_copy_writes_nothing_and_the_next_enqueue_works(
+    pg_url: URL, settings: TaskQSettings, monkeypatch: pytest.MonkeyPatch, after_chunks: int
+) -> None:
+    """Cancelled mid-COPY (between two buffers): the COPY is aborted and rolled back, the
+    connection is not reused in an unknown state."""
+    real = jobs_queries.copy_chunks
+    sent = asyncio.Event()
+
+    def chunks(requests: Any, now: datetime, **kw: Any) -> Iterator[bytes]:
+        for i, chunk in enumerate(real(requests, now, **kw)):
+            if i == after_chunks:
+                sent.set()
+            yield chunk
+
+    monkeypatch.setattr(jobs_queries, "copy_chunks", chunks)
+    async with TaskQ(pg_url, settings=settings) as tq:
+        task = asyncio.create_task(
+            tq.jobs.enqueue_many([(copy_plain, Doc(n=i)) for i in range(4000)])
+        )
+        await sent.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert _count(pg_url) == 0
+        handles = await tq.jobs.enqueue_many([(copy_plain, Doc(n=i)) for i in range(N)])
+        assert handles[0].record == await handles[0].refresh()
+    assert _count(pg_url) == N
