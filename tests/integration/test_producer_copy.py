@@ -571,3 +571,170 @@ async def test_a_cancelled_copy_writes_nothing_and_the_next_enqueue_works(
         handles = await tq.jobs.enqueue_many([(copy_plain, Doc(n=i)) for i in range(N)])
         assert handles[0].record == await handles[0].refresh()
     assert _count(pg_url) == N
+
+
+# --- COPY inside a transaction: the caller's (connection=) or the backend's own -----------
+
+
+@actor(name="copy_unique", unique_for=timedelta(minutes=5))
+async def copy_unique(payload: Doc) -> None: ...
+
+
+@contextmanager
+def _chunk_calls() -> Iterator[list[int]]:
+    """Count the COPYs of any path (each builds its data with ``copy_chunks`` once)."""
+    real = jobs_queries.copy_chunks
+    calls: list[int] = []
+
+    def spy(requests: Any, now: datetime, **kw: Any) -> Iterator[bytes]:
+        calls.append(len(requests))
+        return real(requests, now, **kw)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(jobs_queries, "copy_chunks", spy)
+        yield calls
+
+
+async def _listen(url: URL, settings: TaskQSettings) -> psycopg.AsyncConnection[Any]:
+    listener = await psycopg.AsyncConnection.connect(_libpq(url), autocommit=True)
+    channel = notify_channel(settings.schema_name)
+    await listener.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
+    return listener
+
+
+async def _notes(listener: psycopg.AsyncConnection[Any], until: str) -> list[str]:
+    seen: list[str] = []
+
+    async def collect() -> None:
+        async for note in listener.notifies():
+            seen.append(note.payload)
+            if note.payload == until:
+                return
+
+    await asyncio.wait_for(collect(), timeout=5)
+    return seen
+
+
+async def test_copy_in_the_callers_transaction_commits_and_rolls_back_with_it(
+    pg_url: URL, settings: TaskQSettings
+) -> None:
+    listener = await _listen(pg_url, settings)
+    async with TaskQ(pg_url, settings=settings) as tq:
+        items = [EnqueueArgs(copy_plain, {"n": i}, {"queue": "copy_tx"}) for i in range(N)]
+        day = timedelta(days=1)
+        with _chunk_calls() as calls:
+            async with tq.engine.connect() as conn:
+                request = await conn.begin()
+                await tq.jobs.enqueue_many(items, connection=conn)
+                await request.rollback()
+            assert _count(pg_url) == 0
+            async with tq.engine.connect() as conn:
+                request = await conn.begin()
+                handles = await tq.jobs.enqueue_many(
+                    [*items, EnqueueArgs(copy_plain, {"n": 1}, {"queue": "copy_tx", "delay": day})],
+                    connection=conn,
+                )
+                assert _count(pg_url) == 0  # not before the caller commits
+                await request.commit()
+        assert calls == [N, N + 1]
+        assert _count(pg_url) == N + 1
+        for handle in handles:
+            assert handle.record == await handle.refresh()
+        await tq.jobs.enqueue(copy_plain, Doc(n=0), queue="copy_end")
+    assert await _notes(listener, until="copy_end") == ["copy_tx", "copy_end"]
+    await listener.close()
+
+
+async def test_copy_on_a_connection_that_had_not_begun_is_committed_by_its_commit(
+    pg_url: URL, settings: TaskQSettings
+) -> None:
+    """The stored caps are cached, so the COPY may be the first thing the caller's connection
+    runs: it begins the transaction as SQLAlchemy would, and ``commit()`` commits it."""
+    async with TaskQ(pg_url, settings=settings) as tq:
+        await tq.jobs.enqueue(copy_plain, Doc(n=0))  # caches the stored cap
+        with _chunk_calls() as calls:
+            async with tq.engine.connect() as conn:
+                await tq.jobs.enqueue_many(
+                    [(copy_plain, Doc(n=i)) for i in range(N)], connection=conn
+                )
+                assert conn.in_transaction()
+                await conn.commit()
+        assert calls == [N]
+    assert _count(pg_url) == N + 1
+
+
+async def test_a_failed_copy_in_the_callers_transaction_leaves_it_to_roll_back(
+    pg_url: URL, settings: TaskQSettings
+) -> None:
+    async with TaskQ(pg_url, settings=settings) as tq:
+        items: list[Any] = [(copy_plain, Doc(n=i)) for i in range(N)]
+        items[N // 2] = (copy_plain, Doc(n=-1, text="nul\x00"))
+        with _chunk_calls() as calls:
+            async with tq.engine.connect() as conn:
+                request = await conn.begin()
+                with pytest.raises(DBAPIError) as caught:
+                    await tq.jobs.enqueue_many(items, connection=conn)
+                assert isinstance(caught.value.orig, psycopg.DataError)
+                await request.rollback()
+        assert calls == [N]
+    assert _count(pg_url) == 0
+
+
+async def test_an_autocommit_callers_connection_gets_the_statement(
+    pg_url: URL, settings: TaskQSettings
+) -> None:
+    async with TaskQ(pg_url, settings=settings) as tq:
+        engine = tq.engine.execution_options(isolation_level="AUTOCOMMIT")
+        with _chunk_calls() as calls:
+            async with engine.connect() as conn:
+                handles = await tq.jobs.enqueue_many(
+                    [(copy_plain, Doc(n=i)) for i in range(N)], connection=conn
+                )
+        assert calls == []
+        assert handles[0].record == await handles[0].refresh()
+    assert _count(pg_url) == N
+
+
+async def test_a_mixed_batch_copies_its_plain_items_in_the_backends_transaction(
+    pg_url: URL, settings: TaskQSettings
+) -> None:
+    """One checked item sends the whole batch down the transactional path; its plain items
+    are still one COPY, in that transaction, and all or nothing with the checked one."""
+    async with TaskQ(pg_url, settings=settings) as tq:
+        first = await tq.jobs.enqueue(copy_unique, Doc(n=0), identity_key="k")
+        items: list[Any] = [(copy_plain, Doc(n=i)) for i in range(N)]
+        items.append(EnqueueArgs(copy_unique, {"n": 1}, {"identity_key": "k"}))
+        with _chunk_calls() as calls:
+            handles = await tq.jobs.enqueue_many(items)
+        assert calls == [N]
+        assert handles[-1].job_id == first.job_id
+        assert handles[-1].was_existing is True
+        for handle in handles[:-1]:
+            assert handle.was_existing is False
+            assert handle.record == await handle.refresh()
+        with _failing_trigger(pg_url, n=2), _chunk_calls() as calls:
+            items[-1] = EnqueueArgs(copy_unique, {"n": 2}, {"identity_key": "other"})
+            with pytest.raises(DBAPIError):
+                await tq.jobs.enqueue_many(items)
+        assert calls == [N]
+    assert _count(pg_url) == N
+    assert _count(pg_url, actor="copy_unique") == 1
+
+
+def test_sync_copy_in_the_callers_transaction(pg_url: URL, settings: TaskQSettings) -> None:
+    from taskq_sync import TaskQ as SyncTaskQ
+
+    with SyncTaskQ(pg_url, settings=settings) as tq:
+        items = [(copy_plain, Doc(n=i, text=AWKWARD[i % 5])) for i in range(N)]
+        with _chunk_calls() as calls:
+            with tq.engine.connect() as conn:
+                request = conn.begin()
+                tq.jobs.enqueue_many(items, connection=conn)
+                request.rollback()
+            assert _count(pg_url) == 0
+            with tq.engine.begin() as conn:
+                handles = tq.jobs.enqueue_many(items, connection=conn)
+        assert calls == [N, N]
+        for handle in handles:
+            assert handle.record == handle.refresh()
+    assert _count(pg_url) == N
