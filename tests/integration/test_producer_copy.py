@@ -404,6 +404,21 @@ async def test_copy_survives_a_dead_held_connection(pg_url: URL, settings: TaskQ
         assert _count(pg_url) == 2 * N
 
 
+def test_sync_copy_survives_a_dead_held_connection(pg_url: URL, settings: TaskQSettings) -> None:
+    from taskq_sync import TaskQ as SyncTaskQ
+    from taskq_sync.backends import sql as sync_backend
+
+    with SyncTaskQ(pg_url, settings=settings) as tq:
+        tq.jobs.enqueue_many([(copy_plain, Doc(n=i)) for i in range(N)])
+        assert _kill_other_backends(pg_url) >= 1
+        with capture_logs() as logs, _copy_calls(sync_backend) as calls:
+            handles = tq.jobs.enqueue_many([(copy_plain, Doc(n=i)) for i in range(N)])
+        assert calls == [N]
+        assert [e["event"] for e in logs] == ["enqueue_retry_after_disconnect"]
+        assert handles[-1].record == handles[-1].refresh()
+    assert _count(pg_url) == 2 * N
+
+
 def _lost(before_commit: bool) -> Any:
     """A ``_copy_on_driver`` whose connection dies before it runs, or after it committed."""
     real = sql_backend._copy_on_driver
