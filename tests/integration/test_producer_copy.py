@@ -404,6 +404,22 @@ async def test_copy_survives_a_dead_held_connection(pg_url: URL, settings: TaskQ
         assert _count(pg_url) == 2 * N
 
 
+async def test_a_connection_found_dead_before_the_copy_copies_on_a_fresh_one(
+    pg_url: URL, settings: TaskQSettings
+) -> None:
+    """Dead at the stored-cap read (nothing sent yet): the same COPY, once, elsewhere."""
+    async with TaskQ(pg_url, settings=settings) as tq:
+        await tq.jobs.enqueue_many([(copy_plain, Doc(n=i)) for i in range(N)])
+        tq.backend._stored_cap.clear()  # the next enqueue reads the caps first
+        assert _kill_other_backends(pg_url) >= 1
+        with capture_logs() as logs, _copy_calls() as calls:
+            handles = await tq.jobs.enqueue_many([(copy_plain, Doc(n=i)) for i in range(N)])
+        assert calls == [N]
+        assert [e["event"] for e in logs] == ["enqueue_retry_after_disconnect"]
+        assert handles[0].record == await handles[0].refresh()
+    assert _count(pg_url) == 2 * N
+
+
 def test_sync_copy_survives_a_dead_held_connection(pg_url: URL, settings: TaskQSettings) -> None:
     from taskq_sync import TaskQ as SyncTaskQ
     from taskq_sync.backends import sql as sync_backend

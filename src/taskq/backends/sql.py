@@ -334,44 +334,50 @@ class SqlBackend:
         ``COMMIT``. All or nothing: any error rolls the transaction back and is raised as
         the one-statement path raises it (a ``DBAPIError``, translated).
 
-        A connection found dead (before the COPY began: nothing was written, ``None`` and
-        the caller goes on with a fresh one; during it or its commit, which may have gone
-        through) is handled as :meth:`_enqueue_plain` handles one: the held connections go
-        back to the pool and the batch is inserted again ONCE with ``ON CONFLICT (id) DO
-        NOTHING`` and read back (:meth:`_insert_again`). A timestamp out of Python's range
+        A connection found dead is handled as :meth:`_enqueue_plain` handles one: the held
+        connections go back to the pool and the batch is tried again ONCE. If it died while
+        reading the stored caps, nothing was sent: the same COPY runs on a fresh
+        connection. If it died in the COPY transaction (whose commit may have gone
+        through), the batch is inserted with ``ON CONFLICT (id) DO NOTHING`` and read back
+        (:meth:`_insert_again`). A second failure is raised. A timestamp out of Python's range
         (a delay of millennia) aborts the COPY, and the caller falls back too.
         """
-        copying = False
-        conn = await self.held.acquire()
-        try:
-            for actor in {req.actor for req in requests}:
-                if await self._stored_max_pending(conn, actor) is not None:
-                    await self.held.release(conn)
-                    return None
-            if self._copy_sql is None:
-                self._copy_sql = q.copy_rows_sql(conn.dialect, _translate_map(conn))
-            params = {"channel": self._channel, "queues": sorted({r.queue for r in requests})}
-            copying = True
-            sources = await _copy_on_driver(
-                conn, q.copy_clock_sql(conn.dialect), params, self._copy_sql, requests
-            )
-        except q.UnencodableRow:  # the COPY was aborted, the transaction rolled back
-            await self.held.release(conn)
-            return None
-        except DBAPIError as exc:
-            await self.held.discard(conn)
-            if exc.connection_invalidated:
-                _log.warning("enqueue_retry_after_disconnect", jobs=len(requests))
-                await self.held.drop_idle()  # died with it, most likely
-                return await self._insert_again(requests) if copying else None
-            translated = translate_error(exc)
-            if translated is exc:
+        for attempt in (0, 1):
+            copying = False
+            conn = await self.held.acquire()
+            try:
+                for actor in {req.actor for req in requests}:
+                    if await self._stored_max_pending(conn, actor) is not None:
+                        await self.held.release(conn)
+                        return None
+                if self._copy_sql is None:
+                    self._copy_sql = q.copy_rows_sql(conn.dialect, _translate_map(conn))
+                queues = sorted({r.queue for r in requests})
+                params = {"channel": self._channel, "queues": queues}
+                copying = True
+                sources = await _copy_on_driver(
+                    conn, q.copy_clock_sql(conn.dialect), params, self._copy_sql, requests
+                )
+            except q.UnencodableRow:  # the COPY was aborted, the transaction rolled back
+                await self.held.release(conn)
+                return None
+            except DBAPIError as exc:
+                await self.held.discard(conn)
+                if exc.connection_invalidated and attempt == 0:
+                    _log.warning("enqueue_retry_after_disconnect", jobs=len(requests))
+                    await self.held.drop_idle()  # died with it, most likely
+                    if copying:
+                        return await self._insert_again(requests)
+                    continue  # nothing was sent: the whole thing again, on a fresh connection
+                translated = translate_error(exc)
+                if translated is exc:
+                    raise
+                raise translated from exc
+            except BaseException:
+                await self.held.discard(conn)
                 raise
-            raise translated from exc
-        except BaseException:
-            await self.held.discard(conn)
-            raise
-        await self.held.release(conn)
+            await self.held.release(conn)
+            break
         return [
             EnqueueOutcome(source, job_id=req.job_id)
             for req, source in zip(requests, sources, strict=True)
