@@ -8,9 +8,10 @@ per-command machinery (argument encoding and framing, the retry wrapper, event d
 and its own metrics) costs more client CPU than the script costs the server.
 
 The connection is *held*: taken from the client's pool once and kept idle, beside that
-pool, for the next acquire, instead of a pool checkout and checkin per acquire. A redis-py checkout is not free: besides the pool lock and its metrics, it
-probes the socket for unexpected data (three system calls) before every command, which
-on a virtual machine costs as much as the script itself. A held connection cannot have
+pool, for the next acquire, instead of a pool checkout and checkin per acquire. A
+redis-py checkout is not free: besides the pool lock and its metrics, it probes the
+socket for unexpected data (three system calls) before every command, which on a
+virtual machine costs as much as the script itself. A held connection cannot have
 unread data: every path that could leave a reply unread (a timeout, a cancelled task, a
 dead socket) disconnects it and gives it back to the pool. At most
 :data:`HELD_IDLE_MAX` connections (and 1/16 of the pool's size) stay held per pool

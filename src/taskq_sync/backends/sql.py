@@ -255,23 +255,19 @@ class SqlBackend:
         idle are pinged, see ``taskq.db.dialect``). If the statement fails because the
         connection was dead (SQLAlchemy reports ``connection_invalidated`` and has already
         recycled the pool), the connection and every other idle held one go back to the
-        pool and the statement is retried ONCE on a freshly checked-out connection. That retry is safe although the first attempt may have
-        committed before the connection broke: the job ids were fixed client-side, so the
-        retry inserts with ``ON CONFLICT (id) DO NOTHING`` and reads back any row the lost
-        attempt wrote. Exactly one job per request either way; any other error, or a
+        pool and the statement is retried ONCE on a freshly checked-out connection. That
+        retry is safe although the first attempt may have committed before the connection
+        broke: the job ids were fixed client-side, so the retry inserts with ``ON CONFLICT
+        (id) DO NOTHING`` and reads back any row the lost attempt wrote. Exactly one job per request either way; any other error, or a
         second failure, is raised.
         """
         rows: list[Any] = []
         retried = False
         for attempt in (0, 1):
-            capped = False
             conn = self.held.acquire()
             try:
-                for actor in {req.actor for req in requests}:
-                    if self._stored_max_pending(conn, actor) is not None:
-                        capped = True
-                        break
-                else:
+                capped = self._any_capped(conn, requests)
+                if not capped:
                     sql = self._plain_sql(conn, skip_existing=retried)
                     params = {"rows": q.rows_document(requests), "channel": self._channel}
                     rows = _execute_on_driver(conn, sql, params)
@@ -325,10 +321,9 @@ class SqlBackend:
             copying = False
             conn = self.held.acquire()
             try:
-                for actor in {req.actor for req in requests}:
-                    if self._stored_max_pending(conn, actor) is not None:
-                        self.held.release(conn)
-                        return None
+                if self._any_capped(conn, requests):
+                    self.held.release(conn)
+                    return None
                 if self._copy_sql is None:
                     self._copy_sql = q.copy_rows_sql(conn.dialect, _translate_map(conn))
                 queues = sorted({r.queue for r in requests})
@@ -476,6 +471,13 @@ class SqlBackend:
         except psycopg.Error as exc:
             raise _driver_error(conn, driver, self._copy_sql, None, exc) from exc
         return records
+
+    def _any_capped(self, conn: Connection, requests: Sequence[EnqueueRequest]) -> bool:
+        """True when an actor of ``requests`` has a stored ``max_pending`` (a locked count)."""
+        for actor in {req.actor for req in requests}:
+            if self._stored_max_pending(conn, actor) is not None:
+                return True
+        return False
 
     def _stored_max_pending(self, conn: Connection, actor: str) -> int | None:
         """``actor_config.max_pending`` for ``actor``, through the TTL cache."""
