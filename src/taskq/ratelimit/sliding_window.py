@@ -76,11 +76,13 @@ class SlidingWindow:
         self._gcra = MemoryGcra()
         self._log = MemoryLog()
         self._script = LOG if style == "log" else GCRA
-        # The script's key and configuration ("limit window_us ttl_s"), encoded once for
+        # The script's key and configuration (limit, window_us, ttl_s), encoded once for
         # the acquire hot path. See _lua.GCRA and _lua.LOG.
         self._redis_args = (
             self.redis_key.encode(),
-            f"{self.limit} {self.window_us} {self.ttl_seconds}".encode(),
+            str(self.limit).encode(),
+            str(self.window_us).encode(),
+            str(self.ttl_seconds).encode(),
         )
         self._redis_command: tuple[bytes, bytes] = (b"", b"")  # (sha, GCRA acquire EVALSHA)
         self._pg: _sql.PgAutocommit | None = None

@@ -79,7 +79,9 @@ class SlidingWindow:
         self._script = LOG if style == "log" else GCRA
         self._redis_args = (
             self.redis_key.encode(),
-            f"{self.limit} {self.window_us} {self.ttl_seconds}".encode(),
+            str(self.limit).encode(),
+            str(self.window_us).encode(),
+            str(self.ttl_seconds).encode(),
         )
         self._redis_command: tuple[bytes, bytes] = (b"", b"")
         self._pg: _sql.PgAutocommit | None = None

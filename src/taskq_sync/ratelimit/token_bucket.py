@@ -65,7 +65,7 @@ class TokenBucket:
         self.ttl = ttl
         self.redis_key = redis_key(self.name, "tb")
         self._memory = MemoryTokenBucket()
-        self._redis_args_one = (self.redis_key.encode(), self._redis_spec(1.0))
+        self._redis_args_one = (self.redis_key.encode(), *self._redis_spec(1.0))
         self._redis_command: tuple[bytes, bytes] = (b"", b"")
         self._pg: _sql.PgAutocommit | None = None
 
@@ -101,13 +101,19 @@ class TokenBucket:
             and self._memory.consumed(self.capacity)
         )
 
-    def _redis_spec(self, count: float) -> bytes:
-        """The script's configuration argument: ``"capacity refill count ttl_s"``."""
-        return f"{self.capacity!r} {self.refill_per_second!r} {count!r} {self.ttl_seconds}".encode()
+    def _redis_spec(self, count: float) -> tuple[bytes, bytes, bytes, bytes]:
+        """The script's configuration arguments: capacity, refill, count, ttl_s."""
+        return (
+            repr(self.capacity).encode(),
+            repr(self.refill_per_second).encode(),
+            repr(count).encode(),
+            str(self.ttl_seconds).encode(),
+        )
 
     def _script_args(self, count: float, *mode: bytes) -> tuple[bytes, ...]:
-        spec = self._redis_args_one[1] if count == 1.0 else self._redis_spec(count)
-        return (self._redis_args_one[0], spec, *mode)
+        if count == 1.0:
+            return (*self._redis_args_one, *mode)
+        return (self._redis_args_one[0], *self._redis_spec(count), *mode)
 
     def _command_one(self) -> bytes:
         """The pre-encoded ``EVALSHA`` of a one-token acquire, for the script's current sha."""
