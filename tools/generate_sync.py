@@ -39,6 +39,7 @@ MODULES: tuple[str, ...] = (
     "db/migrate.py",
     "backends/__init__.py",
     "backends/base.py",
+    "backends/held.py",
     "backends/sql.py",
     "handle.py",
     "actor_config_ops.py",

@@ -21,7 +21,8 @@ from taskq._ids import new_job_ids
 from taskq.actor import ActorRef, get_actor
 from taskq.actor_config_ops import ActorsClient
 from taskq.backends.base import Backend
-from taskq.backends.sql import SqlBackend, held_connections_cap
+from taskq.backends.held import held_connections_cap
+from taskq.backends.sql import SqlBackend
 from taskq.db.engine import make_engine
 from taskq.exceptions import JobNotFoundError
 from taskq.handle import JobHandle

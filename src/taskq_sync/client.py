@@ -34,7 +34,8 @@ from taskq.records import (
 from taskq.settings import TaskQSettings
 from taskq_sync.actor_config_ops import ActorsClient
 from taskq_sync.backends.base import Backend
-from taskq_sync.backends.sql import SqlBackend, held_connections_cap
+from taskq_sync.backends.held import held_connections_cap
+from taskq_sync.backends.sql import SqlBackend
 from taskq_sync.db.engine import make_engine
 from taskq_sync.handle import JobHandle
 

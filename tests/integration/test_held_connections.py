@@ -1,4 +1,4 @@
-"""The plain enqueue's held connections (``taskq.backends.sql.HeldConnections``), on Postgres.
+"""The plain enqueue's held connections (``taskq.backends.held.HeldConnections``), on Postgres.
 
 The backend keeps autocommit connections checked out between enqueues. These tests pin
 what makes that safe: each in-flight enqueue has a connection of its own (tasks and
@@ -23,6 +23,7 @@ from sqlalchemy.pool import NullPool
 from structlog.testing import capture_logs
 
 from taskq import TaskQ, actor
+from taskq.backends import held as held_module
 from taskq.backends import sql as sql_backend
 from taskq.db import dialect
 from taskq.db.engine import make_engine
@@ -85,13 +86,13 @@ class _Exclusive:
 
 def test_the_cap_follows_the_pool(pg_url: URL, settings: TaskQSettings) -> None:
     engine = make_engine(pg_url, settings=settings)  # pool_size 10, overflow 10
-    assert sql_backend.held_connections_cap(engine) == 4
+    assert held_module.held_connections_cap(engine) == 4
     small = make_engine(pg_url, settings=settings.model_copy(update={"pool_size": 2}))
-    assert sql_backend.held_connections_cap(small) == 1
+    assert held_module.held_connections_cap(small) == 1
     tiny = create_async_engine(pg_url, pool_size=1, max_overflow=0)
-    assert sql_backend.held_connections_cap(tiny) == 0
+    assert held_module.held_connections_cap(tiny) == 0
     unpooled = create_async_engine(pg_url, poolclass=NullPool)
-    assert sql_backend.held_connections_cap(unpooled) == 0
+    assert held_module.held_connections_cap(unpooled) == 0
     with pytest.raises(ValueError, match="held_connections"):
         sql_backend.SqlBackend(engine, held_connections=-1)
 

@@ -27,7 +27,7 @@ from taskq import TaskQ, actor
 from taskq._ids import new_job_id
 from taskq.backends import sql as sql_backend
 from taskq.backends.sql import COPY_MIN_ROWS, SqlBackend
-from taskq.db.queries import jobs as jobs_queries
+from taskq.db.queries import copy_rows as copy_queries
 from taskq.db.queries.dispatch import notify_channel
 from taskq.exceptions import MaxPendingExceededError
 from taskq.records import EnqueueArgs, EnqueueRequest, JobRecord
@@ -542,14 +542,14 @@ async def test_every_timestamp_derives_from_the_server_clock_reading(
     """The rows' created_at/updated_at/scheduled_at/deadline_at are the reading of the clock
     statement (here made to read a fixed instant) plus the delays, never the client's clock."""
     reading = datetime(2001, 2, 3, 4, 5, 6, 789012, tzinfo=UTC)
-    real = jobs_queries.copy_clock_sql
+    real = copy_queries.copy_clock_sql
 
     def fixed_clock(dialect: Any) -> str:
         sql = real(dialect)
         assert sql.count("clock_timestamp()") == 1
         return sql.replace("clock_timestamp()", f"'{reading.isoformat()}'::timestamptz")
 
-    monkeypatch.setattr(jobs_queries, "copy_clock_sql", fixed_clock)
+    monkeypatch.setattr(copy_queries, "copy_clock_sql", fixed_clock)
     async with TaskQ(pg_url, settings=settings) as tq:
         with _copy_calls() as calls:
             handles = await tq.jobs.enqueue_many(
@@ -580,7 +580,7 @@ async def test_a_cancelled_copy_writes_nothing_and_the_next_enqueue_works(
 ) -> None:
     """Cancelled mid-COPY (between two buffers): the COPY is aborted and rolled back, the
     connection is not reused in an unknown state."""
-    real = jobs_queries.copy_chunks
+    real = copy_queries.copy_chunks
     sent = asyncio.Event()
 
     def chunks(requests: Any, now: datetime, **kw: Any) -> Iterator[bytes]:
@@ -589,7 +589,7 @@ async def test_a_cancelled_copy_writes_nothing_and_the_next_enqueue_works(
                 sent.set()
             yield chunk
 
-    monkeypatch.setattr(jobs_queries, "copy_chunks", chunks)
+    monkeypatch.setattr(copy_queries, "copy_chunks", chunks)
     async with TaskQ(pg_url, settings=settings) as tq:
         task = asyncio.create_task(
             tq.jobs.enqueue_many([(copy_plain, Doc(n=i)) for i in range(4000)])
@@ -614,7 +614,7 @@ async def copy_unique(payload: Doc) -> None: ...
 @contextmanager
 def _chunk_calls() -> Iterator[list[int]]:
     """Count the COPYs of any path (each builds its data with ``copy_chunks`` once)."""
-    real = jobs_queries.copy_chunks
+    real = copy_queries.copy_chunks
     calls: list[int] = []
 
     def spy(requests: Any, now: datetime, **kw: Any) -> Iterator[bytes]:
@@ -622,7 +622,7 @@ def _chunk_calls() -> Iterator[list[int]]:
         return real(requests, now, **kw)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(jobs_queries, "copy_chunks", spy)
+        mp.setattr(copy_queries, "copy_chunks", spy)
         yield calls
 
 

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy.dialects.postgresql import psycopg
 
 from taskq._ids import new_job_id
-from taskq.db.queries import jobs as q
+from taskq.db.queries import copy_rows as q
 from taskq.db.tables import jobs
 from taskq.records import EnqueueRequest
 

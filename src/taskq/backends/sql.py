@@ -15,7 +15,7 @@ same statement (:func:`taskq.db.queries.jobs.insert_rows_sql`). A pooled connect
 found dead by that statement is retried once, safely: see :meth:`SqlBackend._enqueue_plain`.
 
 That statement runs on a connection the backend keeps checked out between enqueues
-(:class:`HeldConnections`): a pool checkout and checkin, with the switch to autocommit
+(:class:`~taskq.backends.held.HeldConnections`): a pool checkout and checkin, with the switch to autocommit
 and back, cost more client CPU than the statement itself.
 
 A plain ``enqueue_many`` of at least ``SqlBackend.copy_min_rows`` jobs is written with
@@ -27,7 +27,6 @@ checked items) the plain items are one COPY too (:meth:`SqlBackend._copy_in_tran
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Sequence
 from datetime import timedelta
@@ -38,12 +37,12 @@ import psycopg
 import structlog
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from sqlalchemy.pool import QueuePool
 
-import taskq.db.dialect as dialects
 from taskq._acompat import ASYNC, asleep
+from taskq.backends.held import HeldConnections
 from taskq.db.dialect import advisory_xact_lock, traits, translate_error
 from taskq.db.engine import transaction
+from taskq.db.queries import copy_rows as cq
 from taskq.db.queries import jobs as q
 from taskq.db.queries.dispatch import notify_channel, notify_enqueued
 from taskq.exceptions import MaxPendingExceededError, SingletonCollisionError
@@ -58,134 +57,21 @@ from taskq.settings import TaskQSettings
 
 __all__ = [
     "COPY_MIN_ROWS",
-    "HeldConnections",
     "PostgresBackend",
     "SqlBackend",
     "SqliteBackend",
-    "held_connections_cap",
 ]
 
 _log = structlog.get_logger("taskq.enqueue")
 _ROWS_PER_STATEMENT = 5000
 """Postgres: jobs per JSON-document INSERT. An ``enqueue_many`` up to this size is one
 autocommit statement; a larger one is split into statements inside one transaction."""
-_HELD_MAX = 4
-"""At most this many idle connections are kept by :class:`HeldConnections`."""
 COPY_MIN_ROWS = 250
 """Postgres: a plain batch of at least this many jobs is written with COPY (the default of
 ``SqlBackend.copy_min_rows``). COPY costs a fixed ~0.4 ms more client CPU per batch (four
 more round trips: BEGIN, the clock reading, COPY in two) and saves server time per row;
 measured on the reference machine, the two paths take the same wall time at ~200 jobs,
 COPY is ~10% faster at 300 and ~27% at 1,000. Below the threshold: the one statement."""
-
-
-def held_connections_cap(engine: AsyncEngine) -> int:
-    """How many idle autocommit connections the plain enqueue may keep checked out.
-
-    A quarter of what the pool can hand out (``pool_size + max_overflow``), at most
-    :data:`_HELD_MAX`, so the rest of the application always finds connections in the
-    pool: taskq's own engines (``pool_size=10``, as much overflow) keep up to 4. None
-    for a pool that is not a ``QueuePool`` (``NullPool`` users asked for no idle
-    connections) or that is too small to share.
-    """
-    pool = engine.pool
-    if not isinstance(pool, QueuePool):
-        return 0
-    overflow: int = getattr(pool, "_max_overflow", 0)
-    if overflow < 0:
-        return _HELD_MAX
-    return min(_HELD_MAX, (pool.size() + overflow) // 4)
-
-
-class HeldConnections:
-    """Autocommit connections the plain enqueue keeps checked out between calls.
-
-    Checking a connection out of the SQLAlchemy pool and back in for every enqueue
-    (greenlet hand-offs, pool events, switching it to autocommit and back) cost about
-    as much client CPU as the one statement it ran. The backend instead keeps up to
-    ``keep`` idle connections, already in autocommit:
-
-    * :meth:`acquire` hands the caller one of them for its exclusive use (the most
-      recently used), or checks out a new one when none is idle; so concurrent
-      enqueues each run on their own connection, and the pool's limits apply to every
-      connection taken.
-    * :meth:`release` keeps it for the next call while fewer than ``keep`` are idle,
-      and otherwise returns it to the pool.
-    * A held connection idle for ``IDLE_PING_AFTER_S`` or longer is not used: it goes
-      back to the pool (marked with the time it went idle) and the call checks one
-      out, so the pool's idle ping (``taskq.db.dialect``) applies as it would have.
-    * :meth:`discard` returns a connection that failed; :meth:`drop_idle` returns every
-      idle one (after a disconnect, when the pool has been invalidated).
-    * :meth:`aclose` returns them all; a connection released after it is returned too.
-
-    Idle ones are taken and put back under a plain lock held only around list
-    operations, so threads (the generated sync facade) share it safely as well.
-    """
-
-    def __init__(self, engine: AsyncEngine, keep: int) -> None:
-        self.engine = engine
-        """The autocommit engine new connections are checked out of."""
-        self.keep = keep
-        """How many idle connections are kept at most."""
-        self._idle: list[tuple[AsyncConnection, float]] = []
-        self._lock = threading.Lock()
-        self._closed = False
-
-    @property
-    def idle(self) -> int:
-        """How many connections are held idle right now."""
-        return len(self._idle)
-
-    async def acquire(self) -> AsyncConnection:
-        """A connection for the caller alone: a held idle one, else a new checkout."""
-        stale: list[tuple[AsyncConnection, float]] = []
-        conn: AsyncConnection | None = None
-        now = time.monotonic()
-        with self._lock:
-            if self._idle:
-                held, since = self._idle.pop()
-                if now - since < dialects.IDLE_PING_AFTER_S:
-                    conn = held
-                else:  # the others went idle even earlier
-                    stale = [*self._idle, (held, since)]
-                    self._idle.clear()
-        for held, since in stale:
-            await _return_to_pool(held, since)
-        if conn is not None:
-            return conn
-        return await self.engine.connect()
-
-    async def release(self, conn: AsyncConnection) -> None:
-        """Keep ``conn`` for the next caller, or return it to the pool if enough are kept."""
-        if not conn.invalidated:
-            with self._lock:
-                if not self._closed and len(self._idle) < self.keep:
-                    self._idle.append((conn, time.monotonic()))
-                    return
-        await conn.close()
-
-    async def discard(self, conn: AsyncConnection) -> None:
-        """Return ``conn`` to the pool (it failed, or its state is unknown)."""
-        await conn.close()
-
-    async def drop_idle(self) -> None:
-        """Return every idle connection to the pool (which re-checks them after a disconnect)."""
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for held, since in idle:
-            await _return_to_pool(held, since)
-
-    async def aclose(self) -> None:
-        """Return every held connection to the pool; later releases return theirs too."""
-        self._closed = True
-        await self.drop_idle()
-
-
-async def _return_to_pool(conn: AsyncConnection, idle_since: float) -> None:
-    """Check ``conn`` in, telling the pool's idle ping when it really went idle."""
-    if not conn.invalidated:
-        conn.info[dialects.IDLE_SINCE_OVERRIDE] = idle_since
-    await conn.close()
 
 
 class SqlBackend:
@@ -269,7 +155,7 @@ class SqlBackend:
         A capped actor (a stored ``actor_config.max_pending``, read through the TTL cache)
         needs the locked count, so the caller falls back to the transactional path.
 
-        The statement runs on a held connection (:class:`HeldConnections`). There is no
+        The statement runs on a held connection (:class:`~taskq.backends.held.HeldConnections`). There is no
         pre-ping (it would be a second round trip per enqueue; only connections that sat
         idle are pinged, see ``taskq.db.dialect``). If the statement fails because the
         connection was dead (SQLAlchemy reports ``connection_invalidated`` and has already
@@ -322,11 +208,11 @@ class SqlBackend:
     ) -> list[EnqueueOutcome] | None:
         """Insert plain requests with binary COPY in one transaction; ``None`` to fall back.
 
-        On a held connection (:class:`HeldConnections`), after the same capped-actor check
+        On a held connection (:class:`~taskq.backends.held.HeldConnections`), after the same capped-actor check
         as :meth:`_enqueue_plain` (a capped actor: ``None``, the caller takes the
         transactional path): ``BEGIN``; ``copy_clock_sql`` reads ``clock_timestamp()`` and
         queues the ``pg_notify`` of each distinct queue (delivered at commit); the rows,
-        every timestamp derived from that reading (:func:`taskq.db.queries.jobs.copy_chunks`);
+        every timestamp derived from that reading (:func:`taskq.db.queries.copy_rows.copy_chunks`);
         ``COMMIT``. All or nothing: any error rolls the transaction back and is raised as
         the one-statement path raises it (a ``DBAPIError``, translated).
 
@@ -346,14 +232,14 @@ class SqlBackend:
                     await self.held.release(conn)
                     return None
                 if self._copy_sql is None:
-                    self._copy_sql = q.copy_rows_sql(conn.dialect, _translate_map(conn))
+                    self._copy_sql = cq.copy_rows_sql(conn.dialect, _translate_map(conn))
                 queues = sorted({r.queue for r in requests})
                 params = {"channel": self._channel, "queues": queues}
                 copying = True
                 sources = await _copy_on_driver(
-                    conn, q.copy_clock_sql(conn.dialect), params, self._copy_sql, requests
+                    conn, cq.copy_clock_sql(conn.dialect), params, self._copy_sql, requests
                 )
-            except q.UnencodableRow:  # the COPY was aborted, the transaction rolled back
+            except cq.UnencodableRow:  # the COPY was aborted, the transaction rolled back
                 await self.held.release(conn)
                 return None
             except DBAPIError as exc:
@@ -477,17 +363,17 @@ class SqlBackend:
         if driver.autocommit:
             return None
         if self._copy_sql is None:
-            self._copy_sql = q.copy_rows_sql(conn.dialect, _translate_map(conn))
+            self._copy_sql = cq.copy_rows_sql(conn.dialect, _translate_map(conn))
         params = {"channel": self._channel, "queues": sorted({r.queue for r in requests})}
-        clock = await conn.exec_driver_sql(q.copy_clock_sql(conn.dialect), params)
+        clock = await conn.exec_driver_sql(cq.copy_clock_sql(conn.dialect), params)
         now = clock.one()[0]
         try:
-            records = q.copied_records(requests, now)
-        except q.UnencodableRow:
+            records = cq.copied_records(requests, now)
+        except cq.UnencodableRow:
             return None  # the notifications queued are repeated, and folded, by the statement
         try:
             async with driver.cursor() as cursor, cursor.copy(self._copy_sql) as copy:
-                for chunk in q.copy_chunks(requests, now):
+                for chunk in cq.copy_chunks(requests, now):
                     await copy.write(chunk)
         except psycopg.Error as exc:
             raise await _driver_error(conn, driver, self._copy_sql, None, exc) from exc
@@ -639,8 +525,8 @@ async def _copy_on_driver(
     connection (in autocommit: psycopg's ``transaction()`` sends BEGIN, then COMMIT, or
     ROLLBACK on any error) and return their records.
 
-    ``clock_sql`` (:func:`taskq.db.queries.jobs.copy_clock_sql`) reads the server clock and
-    queues the wake-ups; then the data of :func:`taskq.db.queries.jobs.copy_chunks`, made
+    ``clock_sql`` (:func:`taskq.db.queries.copy_rows.copy_clock_sql`) reads the server clock and
+    queues the wake-ups; then the data of :func:`taskq.db.queries.copy_rows.copy_chunks`, made
     from that reading, is streamed a few hundred rows at a time (the server inserts one
     buffer while the next is built). A timestamp out of range (``UnencodableRow``), or any
     other error, aborts the COPY and rolls back: nothing is written. Driver errors come
@@ -655,11 +541,11 @@ async def _copy_on_driver(
             (now, _) = await cursor.fetchone()
             sql, shown = copy_sql, None
             async with cursor.copy(copy_sql) as copy:
-                for chunk in q.copy_chunks(requests, now):
+                for chunk in cq.copy_chunks(requests, now):
                     await copy.write(chunk)
                 # while the server takes in the last rows; could only fail as the
                 # encoding would have, and an error here still aborts the COPY
-                records = q.copied_records(requests, now)
+                records = cq.copied_records(requests, now)
             sql = "COMMIT"
         return records
     except psycopg.Error as exc:

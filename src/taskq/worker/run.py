@@ -159,7 +159,8 @@ class Worker:
         )
 
     def _sub_jobs(self) -> Callable[[RunningJob], SubJobs]:
-        from taskq.backends.sql import SqlBackend, held_connections_cap
+        from taskq.backends.held import held_connections_cap
+        from taskq.backends.sql import SqlBackend
         from taskq.client import JobsClient
 
         self._sub_job_backend = SqlBackend(

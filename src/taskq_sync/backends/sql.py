@@ -18,7 +18,7 @@ same statement (:func:`taskq.db.queries.jobs.insert_rows_sql`). A pooled connect
 found dead by that statement is retried once, safely: see :meth:`SqlBackend._enqueue_plain`.
 
 That statement runs on a connection the backend keeps checked out between enqueues
-(:class:`HeldConnections`): a pool checkout and checkin, with the switch to autocommit
+(:class:`~taskq.backends.held.HeldConnections`): a pool checkout and checkin, with the switch to autocommit
 and back, cost more client CPU than the statement itself.
 
 A plain ``enqueue_many`` of at least ``SqlBackend.copy_min_rows`` jobs is written with
@@ -30,7 +30,6 @@ checked items) the plain items are one COPY too (:meth:`SqlBackend._copy_in_tran
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Sequence
 from datetime import timedelta
@@ -41,142 +40,24 @@ import psycopg
 import structlog
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.pool import QueuePool
 
-import taskq.db.dialect as dialects
 from taskq._acompat import sleep
 from taskq.db.dialect import advisory_xact_lock, traits, translate_error
+from taskq.db.queries import copy_rows as cq
 from taskq.db.queries import jobs as q
 from taskq.db.queries.dispatch import notify_channel, notify_enqueued
 from taskq.exceptions import MaxPendingExceededError, SingletonCollisionError
 from taskq.records import AttemptRecord, EnqueueOutcome, EnqueueRequest, JobRecord, RecordSource
 from taskq.settings import TaskQSettings
+from taskq_sync.backends.held import HeldConnections
 from taskq_sync.db.engine import transaction
 
-__all__ = [
-    "COPY_MIN_ROWS",
-    "HeldConnections",
-    "PostgresBackend",
-    "SqlBackend",
-    "SqliteBackend",
-    "held_connections_cap",
-]
+__all__ = ["COPY_MIN_ROWS", "PostgresBackend", "SqlBackend", "SqliteBackend"]
 _log = structlog.get_logger("taskq.enqueue")
 _ROWS_PER_STATEMENT = 5000
 "Postgres: jobs per JSON-document INSERT. An ``enqueue_many`` up to this size is one\nautocommit statement; a larger one is split into statements inside one transaction."
-_HELD_MAX = 4
-"At most this many idle connections are kept by :class:`HeldConnections`."
 COPY_MIN_ROWS = 250
 "Postgres: a plain batch of at least this many jobs is written with COPY (the default of\n``SqlBackend.copy_min_rows``). COPY costs a fixed ~0.4 ms more client CPU per batch (four\nmore round trips: BEGIN, the clock reading, COPY in two) and saves server time per row;\nmeasured on the reference machine, the two paths take the same wall time at ~200 jobs,\nCOPY is ~10% faster at 300 and ~27% at 1,000. Below the threshold: the one statement."
-
-
-def held_connections_cap(engine: Engine) -> int:
-    """How many idle autocommit connections the plain enqueue may keep checked out.
-
-    A quarter of what the pool can hand out (``pool_size + max_overflow``), at most
-    :data:`_HELD_MAX`, so the rest of the application always finds connections in the
-    pool: taskq's own engines (``pool_size=10``, as much overflow) keep up to 4. None
-    for a pool that is not a ``QueuePool`` (``NullPool`` users asked for no idle
-    connections) or that is too small to share.
-    """
-    pool = engine.pool
-    if not isinstance(pool, QueuePool):
-        return 0
-    overflow: int = getattr(pool, "_max_overflow", 0)
-    if overflow < 0:
-        return _HELD_MAX
-    return min(_HELD_MAX, (pool.size() + overflow) // 4)
-
-
-class HeldConnections:
-    """Autocommit connections the plain enqueue keeps checked out between calls.
-
-    Checking a connection out of the SQLAlchemy pool and back in for every enqueue
-    (greenlet hand-offs, pool events, switching it to autocommit and back) cost about
-    as much client CPU as the one statement it ran. The backend instead keeps up to
-    ``keep`` idle connections, already in autocommit:
-
-    * :meth:`acquire` hands the caller one of them for its exclusive use (the most
-      recently used), or checks out a new one when none is idle; so concurrent
-      enqueues each run on their own connection, and the pool's limits apply to every
-      connection taken.
-    * :meth:`release` keeps it for the next call while fewer than ``keep`` are idle,
-      and otherwise returns it to the pool.
-    * A held connection idle for ``IDLE_PING_AFTER_S`` or longer is not used: it goes
-      back to the pool (marked with the time it went idle) and the call checks one
-      out, so the pool's idle ping (``taskq.db.dialect``) applies as it would have.
-    * :meth:`discard` returns a connection that failed; :meth:`drop_idle` returns every
-      idle one (after a disconnect, when the pool has been invalidated).
-    * :meth:`aclose` returns them all; a connection released after it is returned too.
-
-    Idle ones are taken and put back under a plain lock held only around list
-    operations, so threads (the generated sync facade) share it safely as well.
-    """
-
-    def __init__(self, engine: Engine, keep: int) -> None:
-        self.engine = engine
-        "The autocommit engine new connections are checked out of."
-        self.keep = keep
-        "How many idle connections are kept at most."
-        self._idle: list[tuple[Connection, float]] = []
-        self._lock = threading.Lock()
-        self._closed = False
-
-    @property
-    def idle(self) -> int:
-        """How many connections are held idle right now."""
-        return len(self._idle)
-
-    def acquire(self) -> Connection:
-        """A connection for the caller alone: a held idle one, else a new checkout."""
-        stale: list[tuple[Connection, float]] = []
-        conn: Connection | None = None
-        now = time.monotonic()
-        with self._lock:
-            if self._idle:
-                held, since = self._idle.pop()
-                if now - since < dialects.IDLE_PING_AFTER_S:
-                    conn = held
-                else:
-                    stale = [*self._idle, (held, since)]
-                    self._idle.clear()
-        for held, since in stale:
-            _return_to_pool(held, since)
-        if conn is not None:
-            return conn
-        return self.engine.connect()
-
-    def release(self, conn: Connection) -> None:
-        """Keep ``conn`` for the next caller, or return it to the pool if enough are kept."""
-        if not conn.invalidated:
-            with self._lock:
-                if not self._closed and len(self._idle) < self.keep:
-                    self._idle.append((conn, time.monotonic()))
-                    return
-        conn.close()
-
-    def discard(self, conn: Connection) -> None:
-        """Return ``conn`` to the pool (it failed, or its state is unknown)."""
-        conn.close()
-
-    def drop_idle(self) -> None:
-        """Return every idle connection to the pool (which re-checks them after a disconnect)."""
-        with self._lock:
-            idle, self._idle = (self._idle, [])
-        for held, since in idle:
-            _return_to_pool(held, since)
-
-    def close(self) -> None:
-        """Return every held connection to the pool; later releases return theirs too."""
-        self._closed = True
-        self.drop_idle()
-
-
-def _return_to_pool(conn: Connection, idle_since: float) -> None:
-    """Check ``conn`` in, telling the pool's idle ping when it really went idle."""
-    if not conn.invalidated:
-        conn.info[dialects.IDLE_SINCE_OVERRIDE] = idle_since
-    conn.close()
 
 
 class SqlBackend:
@@ -250,7 +131,7 @@ class SqlBackend:
         A capped actor (a stored ``actor_config.max_pending``, read through the TTL cache)
         needs the locked count, so the caller falls back to the transactional path.
 
-        The statement runs on a held connection (:class:`HeldConnections`). There is no
+        The statement runs on a held connection (:class:`~taskq.backends.held.HeldConnections`). There is no
         pre-ping (it would be a second round trip per enqueue; only connections that sat
         idle are pinged, see ``taskq.db.dialect``). If the statement fails because the
         connection was dead (SQLAlchemy reports ``connection_invalidated`` and has already
@@ -301,11 +182,11 @@ class SqlBackend:
     def _enqueue_copy(self, requests: Sequence[EnqueueRequest]) -> list[EnqueueOutcome] | None:
         """Insert plain requests with binary COPY in one transaction; ``None`` to fall back.
 
-        On a held connection (:class:`HeldConnections`), after the same capped-actor check
+        On a held connection (:class:`~taskq.backends.held.HeldConnections`), after the same capped-actor check
         as :meth:`_enqueue_plain` (a capped actor: ``None``, the caller takes the
         transactional path): ``BEGIN``; ``copy_clock_sql`` reads ``clock_timestamp()`` and
         queues the ``pg_notify`` of each distinct queue (delivered at commit); the rows,
-        every timestamp derived from that reading (:func:`taskq.db.queries.jobs.copy_chunks`);
+        every timestamp derived from that reading (:func:`taskq.db.queries.copy_rows.copy_chunks`);
         ``COMMIT``. All or nothing: any error rolls the transaction back and is raised as
         the one-statement path raises it (a ``DBAPIError``, translated).
 
@@ -325,14 +206,14 @@ class SqlBackend:
                     self.held.release(conn)
                     return None
                 if self._copy_sql is None:
-                    self._copy_sql = q.copy_rows_sql(conn.dialect, _translate_map(conn))
+                    self._copy_sql = cq.copy_rows_sql(conn.dialect, _translate_map(conn))
                 queues = sorted({r.queue for r in requests})
                 params = {"channel": self._channel, "queues": queues}
                 copying = True
                 sources = _copy_on_driver(
-                    conn, q.copy_clock_sql(conn.dialect), params, self._copy_sql, requests
+                    conn, cq.copy_clock_sql(conn.dialect), params, self._copy_sql, requests
                 )
-            except q.UnencodableRow:
+            except cq.UnencodableRow:
                 self.held.release(conn)
                 return None
             except DBAPIError as exc:
@@ -456,17 +337,17 @@ class SqlBackend:
         if driver.autocommit:
             return None
         if self._copy_sql is None:
-            self._copy_sql = q.copy_rows_sql(conn.dialect, _translate_map(conn))
+            self._copy_sql = cq.copy_rows_sql(conn.dialect, _translate_map(conn))
         params = {"channel": self._channel, "queues": sorted({r.queue for r in requests})}
-        clock = conn.exec_driver_sql(q.copy_clock_sql(conn.dialect), params)
+        clock = conn.exec_driver_sql(cq.copy_clock_sql(conn.dialect), params)
         now = clock.one()[0]
         try:
-            records = q.copied_records(requests, now)
-        except q.UnencodableRow:
+            records = cq.copied_records(requests, now)
+        except cq.UnencodableRow:
             return None
         try:
             with driver.cursor() as cursor, cursor.copy(self._copy_sql) as copy:
-                for chunk in q.copy_chunks(requests, now):
+                for chunk in cq.copy_chunks(requests, now):
                     copy.write(chunk)
         except psycopg.Error as exc:
             raise _driver_error(conn, driver, self._copy_sql, None, exc) from exc
@@ -613,8 +494,8 @@ def _copy_on_driver(
     connection (in autocommit: psycopg's ``transaction()`` sends BEGIN, then COMMIT, or
     ROLLBACK on any error) and return their records.
 
-    ``clock_sql`` (:func:`taskq.db.queries.jobs.copy_clock_sql`) reads the server clock and
-    queues the wake-ups; then the data of :func:`taskq.db.queries.jobs.copy_chunks`, made
+    ``clock_sql`` (:func:`taskq.db.queries.copy_rows.copy_clock_sql`) reads the server clock and
+    queues the wake-ups; then the data of :func:`taskq.db.queries.copy_rows.copy_chunks`, made
     from that reading, is streamed a few hundred rows at a time (the server inserts one
     buffer while the next is built). A timestamp out of range (``UnencodableRow``), or any
     other error, aborts the COPY and rolls back: nothing is written. Driver errors come
@@ -629,9 +510,9 @@ def _copy_on_driver(
             now, _ = cursor.fetchone()
             sql, shown = (copy_sql, None)
             with cursor.copy(copy_sql) as copy:
-                for chunk in q.copy_chunks(requests, now):
+                for chunk in cq.copy_chunks(requests, now):
                     copy.write(chunk)
-                records = q.copied_records(requests, now)
+                records = cq.copied_records(requests, now)
             sql = "COMMIT"
         return records
     except psycopg.Error as exc:

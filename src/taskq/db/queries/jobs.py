@@ -8,16 +8,13 @@ behaviour (windows, schedules) come from the store's clock, :func:`taskq.db.dial
 from __future__ import annotations
 
 import functools
-import math
-import struct
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
 from pydantic_core import to_json
 from sqlalchemy import (
-    ARRAY,
     Boolean,
     Float,
     Select,
@@ -47,17 +44,10 @@ from taskq.db.tables import actor_config, job_attempts, jobs
 from taskq.records import EnqueueRequest, InsertedRecord, RecordSource
 
 __all__ = [
-    "COPY_COLUMNS",
-    "COPY_ROWS_PER_WRITE",
-    "UnencodableRow",
     "active_singleton",
     "advisory_key",
     "attempts",
     "cancel",
-    "copied_records",
-    "copy_chunks",
-    "copy_clock_sql",
-    "copy_rows_sql",
     "count_pending",
     "get",
     "get_many",
@@ -395,274 +385,6 @@ def inserted_records(requests: Sequence[EnqueueRequest], row: Sequence[Any]) -> 
         if times and (req.status == "scheduled" or req.schedule_to_close_s is not None):
             scheduled_at, deadline_at = times.get(str(req.job_id), (None, None))
         out.append(InsertedRecord(req, scheduled_at or now, deadline_at, now))
-    return out
-
-
-# --- Postgres bulk plain insert: binary COPY ------------------------------------------------
-#
-# A large plain batch is cheaper to write with ``COPY jobs (...) FROM STDIN`` than with the
-# one-statement insert above: the server plans nothing per batch and parses no document,
-# and in binary format it parses no text either, except each JSON value (jsonb's wire
-# format is its text). The backend runs it in one transaction: ``copy_clock_sql`` (the
-# server clock reading the rows derive from, and the wake-up of each queue, delivered at
-# commit), the COPY of ``copy_chunks``, COMMIT. What the one-statement insert computes in
-# SQL from ``clock_timestamp()`` is computed here from that reading with the same integer
-# arithmetic (``make_interval`` rounds seconds to the nearest microsecond, half to even, as
-# ``round`` does), so :func:`copied_records` equal a re-read of the rows.
-
-COPY_COLUMNS: tuple[Any, ...] = (
-    jobs.c.id,
-    jobs.c.payload,
-    # the same for every job of an actor in one batch: encoded once (``_shape``)
-    jobs.c.actor,
-    jobs.c.queue,
-    jobs.c.priority,
-    jobs.c.max_attempts,
-    jobs.c.start_to_close_s,
-    jobs.c.created_at,
-    jobs.c.updated_at,
-    # when the job runs: the same for every job that runs now (``_timing``)
-    jobs.c.status,
-    jobs.c.scheduled_at,
-    jobs.c.deadline_at,
-    jobs.c.schedule_to_close_s,
-    # usually unset (``_extras``)
-    jobs.c.identity_key,
-    jobs.c.tags,
-    jobs.c.metadata,
-    jobs.c.trace_context,
-    jobs.c.parent_job_id,
-)
-"""The columns the COPY writes, in order. The others take their defaults, as they do in
-the one-statement insert of a plain request (no idempotency key, not a singleton)."""
-
-_PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
-_COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
-_COPY_TRAILER = struct.pack(">h", -1)
-_NULL = struct.pack(">i", -1)
-_ROW_START = struct.pack(">hi", len(COPY_COLUMNS), 16)  # field count; the id's length
-_INT4 = struct.Struct(">i").pack
-_JSONB_START = struct.Struct(">iB").pack  # length, then jsonb's format version (1)
-_INT2_FIELD = struct.Struct(">ih").pack
-_INT4_FIELD = struct.Struct(">ii").pack
-_INT8_FIELD = struct.Struct(">iq").pack
-_FLOAT8_FIELD = struct.Struct(">id").pack
-_PENDING = b"\x00\x00\x00\x07pending"
-_SCHEDULED = b"\x00\x00\x00\x09scheduled"
-_UUID_LENGTH = _INT4(16)
-_CLOCK_SQL_CACHE: dict[tuple[str, str], str] = {}
-COPY_ROWS_PER_WRITE = 250
-"""Rows per buffer handed to the driver: the server takes in one while the next is built
-(measured: 100 to 500 rows are alike, a whole 1,000-row batch at once is slower)."""
-
-
-class UnencodableRow(ValueError):
-    """A timestamp of the batch is outside what Python's ``datetime`` holds (a delay or a
-    deadline of thousands of years): the backend takes the one-statement path instead."""
-
-
-def copy_rows_sql(
-    dialect: Dialect, schema_translate_map: Mapping[str | None, str | None] | None
-) -> str:
-    """Postgres only: ``COPY <schema>.jobs (<COPY_COLUMNS>) FROM STDIN (FORMAT BINARY)``.
-
-    Core has no COPY construct: the text is assembled from the ``jobs`` table with the
-    dialect's identifier quoting, the schema mapped through ``schema_translate_map`` as
-    Core statements are. Nothing in it comes from a request.
-    """
-    preparer = dialect.identifier_preparer
-    schema = (schema_translate_map or {}).get(jobs.schema, jobs.schema)
-    table = preparer.quote(jobs.name)
-    if schema is not None:
-        table = f"{preparer.quote_schema(schema)}.{table}"
-    columns = ", ".join(preparer.quote(col.name) for col in COPY_COLUMNS)
-    return f"COPY {table} ({columns}) FROM STDIN (FORMAT BINARY)"
-
-
-def copy_clock_sql(dialect: Dialect) -> str:
-    """Postgres only: the statement the COPY transaction starts with.
-
-    Parameters ``channel`` (``notify_channel(schema)``) and ``queues`` (the batch's
-    distinct queue names). Returns one row: ``clock_timestamp()``, which every timestamp
-    of the batch derives from, and how many notifications were queued; each
-    ``pg_notify(channel, queue)`` is delivered at commit, and dropped with a rollback.
-    """
-    key = (dialect.name, dialect.driver)
-    sql = _CLOCK_SQL_CACHE.get(key)
-    if sql is None:
-        queues = (
-            func.unnest(cast(bindparam("queues"), ARRAY(Text())))
-            .table_valued(column("queue", Text()))
-            .render_derived(name="q")
-        )
-        notified = select(func.count(func.pg_notify(bindparam("channel"), queues.c.queue)))
-        stmt = select(func.clock_timestamp(), notified.scalar_subquery())
-        sql = _CLOCK_SQL_CACHE[key] = stmt.compile(dialect=dialect).string
-    return sql
-
-
-def _micros(at: datetime) -> int:
-    """Microseconds since Postgres' epoch, 2000-01-01 UTC: a timestamptz on the wire."""
-    return (at - _PG_EPOCH) // _MICROSECOND
-
-
-_MIN_US = _micros(datetime.min.replace(tzinfo=UTC))
-_MAX_US = _micros(datetime.max.replace(tzinfo=UTC))
-
-
-def _after(now_us: int, seconds: float) -> int:
-    """``now + make_interval(secs => seconds)`` in microseconds: the interval holds
-    ``rint(seconds * 1e6)`` microseconds (round half to even, as ``round`` does)."""
-    if not math.isfinite(seconds):
-        raise UnencodableRow(f"{seconds} seconds")
-    at = now_us + round(seconds * 1_000_000)
-    if not _MIN_US <= at <= _MAX_US:
-        raise UnencodableRow(f"{seconds} seconds from now is out of range")
-    return at
-
-
-def _when(req: EnqueueRequest, now_us: int) -> tuple[int, int | None]:
-    """The row's ``scheduled_at`` and ``deadline_at`` in microseconds, as the SQL makes
-    them: the explicit time, else now plus the delay; now plus ``schedule_to_close``."""
-    if req.scheduled_at is not None:
-        scheduled = _micros(req.scheduled_at)
-    elif req.delay_s is not None:
-        scheduled = _after(now_us, req.delay_s)
-    else:
-        scheduled = now_us
-    stc = req.schedule_to_close_s
-    return scheduled, (None if stc is None else _after(now_us, stc))
-
-
-def _text_field(value: str) -> bytes:
-    raw = value.encode()
-    return _INT4(len(raw)) + raw
-
-
-def _json_field(value: Any) -> bytes:
-    raw = to_json(value)
-    return _JSONB_START(len(raw) + 1, 1) + raw
-
-
-def _shape(req: EnqueueRequest, created: bytes) -> bytes:
-    """actor, queue, priority, max_attempts, start_to_close_s, created_at, updated_at."""
-    return b"".join(
-        (
-            _text_field(req.actor),
-            _text_field(req.queue),
-            _INT2_FIELD(2, req.priority),
-            _NULL if req.max_attempts is None else _INT4_FIELD(4, req.max_attempts),
-            _NULL if req.start_to_close_s is None else _FLOAT8_FIELD(8, req.start_to_close_s),
-            created,
-            created,
-        )
-    )
-
-
-def _timing(req: EnqueueRequest, now_us: int) -> bytes:
-    """status, scheduled_at, deadline_at, schedule_to_close_s of a job that does not run now
-    or has a deadline."""
-    scheduled, deadline = _when(req, now_us)
-    stc = req.schedule_to_close_s
-    return b"".join(
-        (
-            _PENDING if req.status == "pending" else _SCHEDULED,
-            _INT8_FIELD(8, scheduled),
-            _NULL if deadline is None else _INT8_FIELD(8, deadline),
-            _NULL if stc is None else _FLOAT8_FIELD(8, stc),
-        )
-    )
-
-
-def _extras(req: EnqueueRequest) -> bytes:
-    """identity_key, tags, metadata, trace_context, parent_job_id of a job that sets one."""
-    return b"".join(
-        (
-            _NULL if req.identity_key is None else _text_field(req.identity_key),
-            _json_field(req.tags),
-            _json_field(req.metadata),
-            _NULL if req.trace_context is None else _json_field(req.trace_context),
-            _NULL if req.parent_job_id is None else _UUID_LENGTH + req.parent_job_id.bytes,
-        )
-    )
-
-
-def copy_chunks(
-    requests: Sequence[EnqueueRequest], now: datetime, *, rows: int = COPY_ROWS_PER_WRITE
-) -> Iterator[bytes]:
-    """The binary COPY data of ``requests`` for :func:`copy_rows_sql`, ``rows`` jobs a buffer.
-
-    ``now`` is the server's clock reading from :func:`copy_clock_sql`: ``created_at`` and
-    ``updated_at`` of every row, and the base of each delay and deadline. The requests
-    are plain (checked by the caller); JSON values are serialised by pydantic-core as in
-    :func:`rows_document`, so the stored documents are the same. Binary fields are
-    length-prefixed: no value is escaped, and none is interpolated into SQL.
-    ``UnencodableRow`` when a timestamp is out of Python's range (possibly after some
-    buffers were yielded: the caller aborts the COPY).
-    """
-    now_us = _micros(now)
-    created = _INT8_FIELD(8, now_us)
-    runs_now = _PENDING + created + _NULL + _NULL
-    no_extras = _NULL + _json_field([]) + _json_field({}) + _NULL + _NULL
-    shapes: dict[tuple[Any, ...], bytes] = {}
-    for start in range(0, len(requests), rows):
-        out: list[bytes] = [_COPY_HEADER] if start == 0 else []
-        put = out.append
-        for req in requests[start : start + rows]:
-            raw = to_json(req.payload)
-            put(_ROW_START)
-            put(req.job_id.bytes)
-            put(_JSONB_START(len(raw) + 1, 1))
-            put(raw)
-            key = (req.actor, req.queue, req.priority, req.max_attempts, req.start_to_close_s)
-            shape = shapes.get(key)
-            if shape is None:
-                shape = shapes[key] = _shape(req, created)
-            put(shape)
-            if req.status == "pending" and req.schedule_to_close_s is None:
-                put(runs_now)
-            else:
-                put(_timing(req, now_us))
-            if (
-                req.identity_key is None
-                and not req.tags
-                and not req.metadata
-                and req.trace_context is None
-                and req.parent_job_id is None
-            ):
-                put(no_extras)
-            else:
-                put(_extras(req))
-        if start + rows >= len(requests):
-            put(_COPY_TRAILER)
-        yield b"".join(out)
-
-
-def copied_records(requests: Sequence[EnqueueRequest], now: datetime) -> list[RecordSource]:
-    """Job records, in request order, of the rows :func:`copy_chunks` wrote at ``now``.
-
-    Each equals a re-read of its row: the timestamps are the ones written, at the
-    microsecond, in UTC (as the store returns them); the rest is the request and the
-    table's defaults. Deferred, as :func:`inserted_records`'s are. ``UnencodableRow`` when
-    a timestamp is out of Python's range, exactly as :func:`copy_chunks`.
-    """
-    now = now.astimezone(UTC)
-    now_us = _micros(now)
-    out: list[RecordSource] = []
-    for req in requests:
-        if req.status == "pending" and req.schedule_to_close_s is None:
-            out.append(InsertedRecord(req, now, None, now))
-            continue
-        scheduled, deadline = _when(req, now_us)
-        out.append(
-            InsertedRecord(
-                req,
-                now + (scheduled - now_us) * _MICROSECOND,
-                None if deadline is None else now + (deadline - now_us) * _MICROSECOND,
-                now,
-            )
-        )
     return out
 
 
