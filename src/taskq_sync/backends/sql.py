@@ -18,8 +18,8 @@ same statement (:func:`taskq.db.queries.jobs.insert_rows_sql`). A pooled connect
 found dead by that statement is retried once, safely: see :meth:`SqlBackend._enqueue_plain`.
 
 That statement runs on a connection the backend keeps checked out between enqueues
-(:class:`~taskq.backends.held.HeldConnections`): a pool checkout and checkin, with the switch to autocommit
-and back, cost more client CPU than the statement itself.
+(:class:`~taskq.backends.held.HeldConnections`): a pool checkout and checkin, with the
+switch to autocommit and back, cost more client CPU than the statement itself.
 
 A plain ``enqueue_many`` of at least ``SqlBackend.copy_min_rows`` jobs is written with
 binary ``COPY`` instead, in one transaction on a held connection: four more round trips,
@@ -131,16 +131,17 @@ class SqlBackend:
         A capped actor (a stored ``actor_config.max_pending``, read through the TTL cache)
         needs the locked count, so the caller falls back to the transactional path.
 
-        The statement runs on a held connection (:class:`~taskq.backends.held.HeldConnections`). There is no
-        pre-ping (it would be a second round trip per enqueue; only connections that sat
-        idle are pinged, see ``taskq.db.dialect``). If the statement fails because the
-        connection was dead (SQLAlchemy reports ``connection_invalidated`` and has already
-        recycled the pool), the connection and every other idle held one go back to the
-        pool and the statement is retried ONCE on a freshly checked-out connection. That
-        retry is safe although the first attempt may have committed before the connection
-        broke: the job ids were fixed client-side, so the retry inserts with ``ON CONFLICT
-        (id) DO NOTHING`` and reads back any row the lost attempt wrote. Exactly one job per request either way; any other error, or a
-        second failure, is raised.
+        The statement runs on a held connection
+        (:class:`~taskq.backends.held.HeldConnections`). There is no pre-ping (it would be a
+        second round trip per enqueue; only connections that sat idle are pinged, see
+        ``taskq.db.dialect``). If the statement fails because the connection was dead
+        (SQLAlchemy reports ``connection_invalidated`` and has already recycled the pool),
+        the connection and every other idle held one go back to the pool and the statement
+        is retried ONCE on a freshly checked-out connection. That retry is safe although the
+        first attempt may have committed before the connection broke: the job ids were fixed
+        client-side, so the retry inserts with ``ON CONFLICT (id) DO NOTHING`` and reads
+        back any row the lost attempt wrote. Exactly one job per request either way; any
+        other error, or a second failure, is raised.
         """
         rows: list[Any] = []
         retried = False
@@ -182,21 +183,22 @@ class SqlBackend:
     def _enqueue_copy(self, requests: Sequence[EnqueueRequest]) -> list[EnqueueOutcome] | None:
         """Insert plain requests with binary COPY in one transaction; ``None`` to fall back.
 
-        On a held connection (:class:`~taskq.backends.held.HeldConnections`), after the same capped-actor check
-        as :meth:`_enqueue_plain` (a capped actor: ``None``, the caller takes the
-        transactional path): ``BEGIN``; ``copy_clock_sql`` reads ``clock_timestamp()`` and
-        queues the ``pg_notify`` of each distinct queue (delivered at commit); the rows,
-        every timestamp derived from that reading (:func:`taskq.db.queries.copy_rows.copy_chunks`);
-        ``COMMIT``. All or nothing: any error rolls the transaction back and is raised as
-        the one-statement path raises it (a ``DBAPIError``, translated).
+        On a held connection (:class:`~taskq.backends.held.HeldConnections`), after the same
+        capped-actor check as :meth:`_enqueue_plain` (a capped actor: ``None``, the caller
+        takes the transactional path): ``BEGIN``; ``copy_clock_sql`` reads
+        ``clock_timestamp()`` and queues the ``pg_notify`` of each distinct queue (delivered
+        at commit); the rows, every timestamp derived from that reading
+        (:func:`taskq.db.queries.copy_rows.copy_chunks`); ``COMMIT``. All or nothing: any
+        error rolls the transaction back and is raised as the one-statement path raises it
+        (a ``DBAPIError``, translated).
 
         A connection found dead is handled as :meth:`_enqueue_plain` handles one: the held
         connections go back to the pool and the batch is tried again ONCE. If it died while
-        reading the stored caps, nothing was sent: the same COPY runs on a fresh
-        connection. If it died in the COPY transaction (whose commit may have gone
-        through), the batch is inserted with ``ON CONFLICT (id) DO NOTHING`` and read back
-        (:meth:`_insert_again`). A second failure is raised. A timestamp out of Python's range
-        (a delay of millennia) aborts the COPY, and the caller falls back too.
+        reading the stored caps, nothing was sent: the same COPY runs on a fresh connection.
+        If it died in the COPY transaction (whose commit may have gone through), the batch
+        is inserted with ``ON CONFLICT (id) DO NOTHING`` and read back
+        (:meth:`_insert_again`). A second failure is raised. A timestamp out of Python's
+        range (a delay of millennia) aborts the COPY, and the caller falls back too.
         """
         for attempt in (0, 1):
             copying = False
@@ -494,12 +496,13 @@ def _copy_on_driver(
     connection (in autocommit: psycopg's ``transaction()`` sends BEGIN, then COMMIT, or
     ROLLBACK on any error) and return their records.
 
-    ``clock_sql`` (:func:`taskq.db.queries.copy_rows.copy_clock_sql`) reads the server clock and
-    queues the wake-ups; then the data of :func:`taskq.db.queries.copy_rows.copy_chunks`, made
-    from that reading, is streamed a few hundred rows at a time (the server inserts one
-    buffer while the next is built). A timestamp out of range (``UnencodableRow``), or any
-    other error, aborts the COPY and rolls back: nothing is written. Driver errors come
-    out as SQLAlchemy would raise them (:func:`_driver_error`).
+    ``clock_sql`` (:func:`taskq.db.queries.copy_rows.copy_clock_sql`) reads the server clock
+    and queues the wake-ups; then the data of
+    :func:`taskq.db.queries.copy_rows.copy_chunks`, made from that reading, is streamed a
+    few hundred rows at a time (the server inserts one buffer while the next is built). A
+    timestamp out of range (``UnencodableRow``), or any other error, aborts the COPY and
+    rolls back: nothing is written. Driver errors come out as SQLAlchemy would raise them
+    (:func:`_driver_error`).
     """
     driver = _driver_connection(conn)
     sql: str = clock_sql

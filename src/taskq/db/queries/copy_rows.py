@@ -220,11 +220,11 @@ def copy_chunks(
     """The binary COPY data of ``requests`` for :func:`copy_rows_sql`, ``rows`` jobs a buffer.
 
     ``now`` is the server's clock reading from :func:`copy_clock_sql`: ``created_at`` and
-    ``updated_at`` of every row, and the base of each delay and deadline. The requests
-    are plain (checked by the caller); JSON values are serialised by pydantic-core as in
-    :func:`taskq.db.queries.jobs.rows_document`, so the stored documents are the same. Binary fields are
-    length-prefixed: no value is escaped, and none is interpolated into SQL.
-    ``UnencodableRow`` when a timestamp is out of Python's range (possibly after some
+    ``updated_at`` of every row, and the base of each delay and deadline. The requests are
+    plain (checked by the caller); JSON values are serialised by pydantic-core as in
+    :func:`taskq.db.queries.jobs.rows_document`, so the stored documents are the same.
+    Binary fields are length-prefixed: no value is escaped, and none is interpolated into
+    SQL. ``UnencodableRow`` when a timestamp is out of Python's range (possibly after some
     buffers were yielded: the caller aborts the COPY).
     """
     now_us = _micros(now)
@@ -269,9 +269,10 @@ def copied_records(requests: Sequence[EnqueueRequest], now: datetime) -> list[Re
     """Job records, in request order, of the rows :func:`copy_chunks` wrote at ``now``.
 
     Each equals a re-read of its row: the timestamps are the ones written, at the
-    microsecond, in UTC (as the store returns them); the rest is the request and the
-    table's defaults. Deferred, as :func:`taskq.db.queries.jobs.inserted_records`'s are. ``UnencodableRow`` when
-    a timestamp is out of Python's range, exactly as :func:`copy_chunks`.
+    microsecond, in UTC (as the store returns them); the rest is the request and the table's
+    defaults. Deferred, as :func:`taskq.db.queries.jobs.inserted_records`'s are.
+    ``UnencodableRow`` when a timestamp is out of Python's range, exactly as
+    :func:`copy_chunks`.
     """
     now = now.astimezone(UTC)
     now_us = _micros(now)
