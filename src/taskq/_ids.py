@@ -29,6 +29,16 @@ def _reset_after_fork() -> None:
 os.register_at_fork(after_in_child=_reset_after_fork)
 
 
+_RAND_MASK = (1 << 62) - 1
+"""The 62 random bits of a UUIDv7 (after the variant)."""
+
+
+def _v7_fixed_bits(ms: int) -> int:
+    """A UUIDv7's bits but the counter and the random ones: the 48-bit Unix milliseconds,
+    the version (7) and the variant (0b10)."""
+    return ((ms & ((1 << 48) - 1)) << 80) | (0x7 << 76) | (0b10 << 62)
+
+
 def new_uuid() -> UUID:
     """Return a UUIDv7 (RFC 9562): 48-bit Unix milliseconds, then a 12-bit counter, then random.
 
@@ -54,13 +64,7 @@ def new_uuid() -> UUID:
             _last_ms = ms
             _counter = (entropy >> 62) & 0x3FF
         counter = _counter
-    rand = entropy & ((1 << 62) - 1)
-    value = (ms & ((1 << 48) - 1)) << 80
-    value |= 0x7 << 76
-    value |= counter << 64
-    value |= 0b10 << 62
-    value |= rand
-    return UUID(int=value)
+    return UUID(int=_v7_fixed_bits(ms) | (counter << 64) | (entropy & _RAND_MASK))
 
 
 def _uuid_from_int(value: int) -> UUID:
@@ -96,7 +100,6 @@ def new_uuids(n: int) -> list[UUID]:
         return []
     rands = struct.unpack(f">{n + 1}Q", os.urandom(8 * (n + 1)))
     make = _uuid_from_int if _FAST_UUID else (lambda value: UUID(int=value))
-    low = (1 << 62) - 1
     out: list[UUID] = []
     with _lock:
         ms = time.time_ns() // 1_000_000
@@ -104,14 +107,14 @@ def new_uuids(n: int) -> list[UUID]:
             ms, counter = _last_ms, _counter
         else:
             counter = ((rands[n] >> 54) & 0x3FF) - 1  # the first id takes the seed itself
-        fixed = ((ms & ((1 << 48) - 1)) << 80) | (0x7 << 76) | (0b10 << 62)
+        fixed = _v7_fixed_bits(ms)
         for rand in rands[:n]:
             counter += 1
             if counter > 0xFFF:
                 ms += 1
                 counter = 0
-                fixed = ((ms & ((1 << 48) - 1)) << 80) | (0x7 << 76) | (0b10 << 62)
-            out.append(make(fixed | (counter << 64) | (rand & low)))
+                fixed = _v7_fixed_bits(ms)
+            out.append(make(fixed | (counter << 64) | (rand & _RAND_MASK)))
         _last_ms, _counter = ms, counter
     return out
 
