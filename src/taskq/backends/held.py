@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import QueuePool
@@ -57,6 +59,7 @@ class HeldConnections:
     * A held connection idle for ``IDLE_PING_AFTER_S`` or longer is not used: it goes
       back to the pool (marked with the time it went idle) and the call checks one
       out, so the pool's idle ping (``taskq.db.dialect``) applies as it would have.
+    * :meth:`lease` does both around a block: released after it, discarded if it raised.
     * :meth:`discard` returns a connection that failed; :meth:`drop_idle` returns every
       idle one (after a disconnect, when the pool has been invalidated).
     * :meth:`aclose` returns them all; a connection released after it is returned too.
@@ -106,6 +109,18 @@ class HeldConnections:
                     self._idle.append((conn, time.monotonic()))
                     return
         await conn.close()
+
+    @asynccontextmanager
+    async def lease(self) -> AsyncIterator[AsyncConnection]:
+        """:meth:`acquire` a connection for the block; :meth:`release` it when the block
+        ends normally, :meth:`discard` it when the block raises (its state is unknown)."""
+        conn = await self.acquire()
+        try:
+            yield conn
+        except BaseException:
+            await self.discard(conn)
+            raise
+        await self.release(conn)
 
     async def discard(self, conn: AsyncConnection) -> None:
         """Return ``conn`` to the pool (it failed, or its state is unknown)."""

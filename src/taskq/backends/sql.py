@@ -30,7 +30,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 from uuid import UUID
 
 import psycopg
@@ -140,10 +140,7 @@ class SqlBackend:
             try:
                 return await self._enqueue_on(connection, requests)
             except DBAPIError as exc:
-                translated = translate_error(exc)
-                if translated is exc:
-                    raise
-                raise translated from exc
+                _raise_translated(exc)
         async with transaction(self.engine) as conn:
             return await self._enqueue_on(conn, requests)
 
@@ -170,30 +167,19 @@ class SqlBackend:
         rows: list[Any] = []
         retried = False
         for attempt in (0, 1):
-            conn = await self.held.acquire()
             try:
-                capped = await self._any_capped(conn, requests)
-                if not capped:
+                async with self.held.lease() as conn:
+                    if await self._any_capped(conn, requests):
+                        return None
                     sql = self._plain_sql(conn, skip_existing=retried)
                     params = {"rows": q.rows_document(requests), "channel": self._channel}
                     rows = await _execute_on_driver(conn, sql, params)
             except DBAPIError as exc:
-                await self.held.discard(conn)
                 if attempt == 0 and exc.connection_invalidated:
-                    _log.warning("enqueue_retry_after_disconnect", jobs=len(requests))
-                    await self.held.drop_idle()  # died with it, most likely
+                    await self._after_disconnect(len(requests))
                     retried = True
                     continue
-                translated = translate_error(exc)
-                if translated is exc:
-                    raise
-                raise translated from exc
-            except BaseException:
-                await self.held.discard(conn)
-                raise
-            await self.held.release(conn)
-            if capped:
-                return None
+                _raise_translated(exc)
             break
         if retried:  # the lost attempt may have written any of them: read them all back
             found = await self._read_back(requests)
@@ -228,38 +214,28 @@ class SqlBackend:
         """
         for attempt in (0, 1):
             copying = False
-            conn = await self.held.acquire()
             try:
-                if await self._any_capped(conn, requests):
-                    await self.held.release(conn)
-                    return None
-                if self._copy_sql is None:
-                    self._copy_sql = cq.copy_rows_sql(conn.dialect, _translate_map(conn))
-                queues = sorted({r.queue for r in requests})
-                params = {"channel": self._channel, "queues": queues}
-                copying = True
-                sources = await _copy_on_driver(
-                    conn, cq.copy_clock_sql(conn.dialect), params, self._copy_sql, requests
-                )
-            except cq.UnencodableRow:  # the COPY was aborted, the transaction rolled back
-                await self.held.release(conn)
-                return None
+                async with self.held.lease() as conn:
+                    if await self._any_capped(conn, requests):
+                        return None
+                    if self._copy_sql is None:
+                        self._copy_sql = cq.copy_rows_sql(conn.dialect, _translate_map(conn))
+                    queues = sorted({r.queue for r in requests})
+                    params = {"channel": self._channel, "queues": queues}
+                    copying = True
+                    try:
+                        sources = await _copy_on_driver(
+                            conn, cq.copy_clock_sql(conn.dialect), params, self._copy_sql, requests
+                        )
+                    except cq.UnencodableRow:  # the COPY was aborted and rolled back
+                        return None
             except DBAPIError as exc:
-                await self.held.discard(conn)
                 if exc.connection_invalidated and attempt == 0:
-                    _log.warning("enqueue_retry_after_disconnect", jobs=len(requests))
-                    await self.held.drop_idle()  # died with it, most likely
+                    await self._after_disconnect(len(requests))
                     if copying:
                         return await self._insert_again(requests)
                     continue  # nothing was sent: the whole thing again, on a fresh connection
-                translated = translate_error(exc)
-                if translated is exc:
-                    raise
-                raise translated from exc
-            except BaseException:
-                await self.held.discard(conn)
-                raise
-            await self.held.release(conn)
+                _raise_translated(exc)
             break
         return [
             EnqueueOutcome(source, job_id=req.job_id)
@@ -380,6 +356,12 @@ class SqlBackend:
         except psycopg.Error as exc:
             raise await _driver_error(conn, driver, self._copy_sql, None, exc) from exc
         return records
+
+    async def _after_disconnect(self, jobs: int) -> None:
+        """A held connection was found dead: log the one retry, and return the other idle
+        held connections to the pool (they most likely died with it)."""
+        _log.warning("enqueue_retry_after_disconnect", jobs=jobs)
+        await self.held.drop_idle()
 
     async def _any_capped(self, conn: AsyncConnection, requests: Sequence[EnqueueRequest]) -> bool:
         """True when an actor of ``requests`` has a stored ``max_pending`` (a locked count)."""
@@ -553,6 +535,15 @@ async def _copy_on_driver(
         return records
     except psycopg.Error as exc:
         raise await _driver_error(conn, driver, sql, shown, exc) from exc
+
+
+def _raise_translated(exc: DBAPIError) -> NoReturn:
+    """Raise ``exc`` as :func:`~taskq.db.dialect.translate_error` maps it (a missing table
+    becomes ``SchemaNotReady``), chained to the driver error; else ``exc`` itself."""
+    translated = translate_error(exc)
+    if translated is exc:
+        raise exc
+    raise translated from exc
 
 
 def _uncapped_plain(requests: Sequence[EnqueueRequest]) -> bool:

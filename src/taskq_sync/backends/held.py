@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.pool import QueuePool
@@ -59,6 +61,7 @@ class HeldConnections:
     * A held connection idle for ``IDLE_PING_AFTER_S`` or longer is not used: it goes
       back to the pool (marked with the time it went idle) and the call checks one
       out, so the pool's idle ping (``taskq.db.dialect``) applies as it would have.
+    * :meth:`lease` does both around a block: released after it, discarded if it raised.
     * :meth:`discard` returns a connection that failed; :meth:`drop_idle` returns every
       idle one (after a disconnect, when the pool has been invalidated).
     * :meth:`aclose` returns them all; a connection released after it is returned too.
@@ -108,6 +111,18 @@ class HeldConnections:
                     self._idle.append((conn, time.monotonic()))
                     return
         conn.close()
+
+    @contextmanager
+    def lease(self) -> Iterator[Connection]:
+        """:meth:`acquire` a connection for the block; :meth:`release` it when the block
+        ends normally, :meth:`discard` it when the block raises (its state is unknown)."""
+        conn = self.acquire()
+        try:
+            yield conn
+        except BaseException:
+            self.discard(conn)
+            raise
+        self.release(conn)
 
     def discard(self, conn: Connection) -> None:
         """Return ``conn`` to the pool (it failed, or its state is unknown)."""

@@ -33,7 +33,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 from uuid import UUID
 
 import psycopg
@@ -118,10 +118,7 @@ class SqlBackend:
             try:
                 return self._enqueue_on(connection, requests)
             except DBAPIError as exc:
-                translated = translate_error(exc)
-                if translated is exc:
-                    raise
-                raise translated from exc
+                _raise_translated(exc)
         with transaction(self.engine) as conn:
             return self._enqueue_on(conn, requests)
 
@@ -146,30 +143,19 @@ class SqlBackend:
         rows: list[Any] = []
         retried = False
         for attempt in (0, 1):
-            conn = self.held.acquire()
             try:
-                capped = self._any_capped(conn, requests)
-                if not capped:
+                with self.held.lease() as conn:
+                    if self._any_capped(conn, requests):
+                        return None
                     sql = self._plain_sql(conn, skip_existing=retried)
                     params = {"rows": q.rows_document(requests), "channel": self._channel}
                     rows = _execute_on_driver(conn, sql, params)
             except DBAPIError as exc:
-                self.held.discard(conn)
                 if attempt == 0 and exc.connection_invalidated:
-                    _log.warning("enqueue_retry_after_disconnect", jobs=len(requests))
-                    self.held.drop_idle()
+                    self._after_disconnect(len(requests))
                     retried = True
                     continue
-                translated = translate_error(exc)
-                if translated is exc:
-                    raise
-                raise translated from exc
-            except BaseException:
-                self.held.discard(conn)
-                raise
-            self.held.release(conn)
-            if capped:
-                return None
+                _raise_translated(exc)
             break
         if retried:
             found = self._read_back(requests)
@@ -202,38 +188,28 @@ class SqlBackend:
         """
         for attempt in (0, 1):
             copying = False
-            conn = self.held.acquire()
             try:
-                if self._any_capped(conn, requests):
-                    self.held.release(conn)
-                    return None
-                if self._copy_sql is None:
-                    self._copy_sql = cq.copy_rows_sql(conn.dialect, _translate_map(conn))
-                queues = sorted({r.queue for r in requests})
-                params = {"channel": self._channel, "queues": queues}
-                copying = True
-                sources = _copy_on_driver(
-                    conn, cq.copy_clock_sql(conn.dialect), params, self._copy_sql, requests
-                )
-            except cq.UnencodableRow:
-                self.held.release(conn)
-                return None
+                with self.held.lease() as conn:
+                    if self._any_capped(conn, requests):
+                        return None
+                    if self._copy_sql is None:
+                        self._copy_sql = cq.copy_rows_sql(conn.dialect, _translate_map(conn))
+                    queues = sorted({r.queue for r in requests})
+                    params = {"channel": self._channel, "queues": queues}
+                    copying = True
+                    try:
+                        sources = _copy_on_driver(
+                            conn, cq.copy_clock_sql(conn.dialect), params, self._copy_sql, requests
+                        )
+                    except cq.UnencodableRow:
+                        return None
             except DBAPIError as exc:
-                self.held.discard(conn)
                 if exc.connection_invalidated and attempt == 0:
-                    _log.warning("enqueue_retry_after_disconnect", jobs=len(requests))
-                    self.held.drop_idle()
+                    self._after_disconnect(len(requests))
                     if copying:
                         return self._insert_again(requests)
                     continue
-                translated = translate_error(exc)
-                if translated is exc:
-                    raise
-                raise translated from exc
-            except BaseException:
-                self.held.discard(conn)
-                raise
-            self.held.release(conn)
+                _raise_translated(exc)
             break
         return [
             EnqueueOutcome(source, job_id=req.job_id)
@@ -354,6 +330,12 @@ class SqlBackend:
         except psycopg.Error as exc:
             raise _driver_error(conn, driver, self._copy_sql, None, exc) from exc
         return records
+
+    def _after_disconnect(self, jobs: int) -> None:
+        """A held connection was found dead: log the one retry, and return the other idle
+        held connections to the pool (they most likely died with it)."""
+        _log.warning("enqueue_retry_after_disconnect", jobs=jobs)
+        self.held.drop_idle()
 
     def _any_capped(self, conn: Connection, requests: Sequence[EnqueueRequest]) -> bool:
         """True when an actor of ``requests`` has a stored ``max_pending`` (a locked count)."""
@@ -520,6 +502,15 @@ def _copy_on_driver(
         return records
     except psycopg.Error as exc:
         raise _driver_error(conn, driver, sql, shown, exc) from exc
+
+
+def _raise_translated(exc: DBAPIError) -> NoReturn:
+    """Raise ``exc`` as :func:`~taskq.db.dialect.translate_error` maps it (a missing table
+    becomes ``SchemaNotReady``), chained to the driver error; else ``exc`` itself."""
+    translated = translate_error(exc)
+    if translated is exc:
+        raise exc
+    raise translated from exc
 
 
 def _uncapped_plain(requests: Sequence[EnqueueRequest]) -> bool:
