@@ -23,7 +23,15 @@ from typing import Final
 
 from taskq.ratelimit._algorithms import EPOCH_UNIX_S
 
-__all__ = ["GCRA", "LOG", "TOKEN_BUCKET", "LuaScript", "evalsha_command", "redis_key"]
+__all__ = [
+    "GCRA",
+    "LOG",
+    "TOKEN_BUCKET",
+    "EncodedCall",
+    "LuaScript",
+    "evalsha_command",
+    "redis_key",
+]
 
 
 def redis_key(name: str, suffix: str) -> str:
@@ -53,6 +61,26 @@ def evalsha_command(sha: bytes, *args: bytes) -> bytes:
     """
     parts = (b"EVALSHA", sha, b"1", *args)
     return b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts)
+
+
+class EncodedCall:
+    """One fixed call of ``script`` (its key and arguments), pre-encoded as the ``EVALSHA``
+    the hot path writes, and encoded again only when the script's ``sha`` changed."""
+
+    __slots__ = ("_args", "_command", "_script", "_sha")
+
+    def __init__(self, script: LuaScript, args: tuple[bytes, ...]) -> None:
+        self._script = script
+        self._args = args
+        self._sha = b""
+        self._command = b""
+
+    def command(self) -> bytes:
+        """``EVALSHA <current sha> 1 *args`` as RESP bytes."""
+        sha = self._script.sha
+        if sha is not self._sha:
+            self._sha, self._command = sha, evalsha_command(sha, *self._args)
+        return self._command
 
 
 _NOW: Final = f"""

@@ -24,7 +24,7 @@ from taskq.ratelimit._common import (
     require_engine,
     retry,
 )
-from taskq.ratelimit._lua import GCRA, LOG, evalsha_command, redis_key
+from taskq.ratelimit._lua import GCRA, LOG, EncodedCall, redis_key
 from taskq.ratelimit._memory import MemoryGcra, MemoryLog
 from taskq.ratelimit.decision import RateLimitDecision, RateLimitState, SlidingWindowStyle
 from taskq.ratelimit.refs import validate_backend
@@ -84,7 +84,7 @@ class SlidingWindow:
             str(self.window_us).encode(),
             str(self.ttl_seconds).encode(),
         )
-        self._redis_command: tuple[bytes, bytes] = (b"", b"")  # (sha, GCRA acquire EVALSHA)
+        self._gcra_call = EncodedCall(GCRA, self._redis_args)
         self._pg: _sql.PgAutocommit | None = None
 
     def __repr__(self) -> str:
@@ -116,15 +116,6 @@ class SlidingWindow:
     def memory_quota_consumed(self) -> bool:
         """Sliding windows always recover on their own, so they are always evictable."""
         return False
-
-    def _gcra_command(self) -> bytes:
-        """The pre-encoded ``EVALSHA`` of a GCRA acquire, for the script's current sha."""
-        sha, command = self._redis_command
-        if sha is not GCRA.sha:
-            sha = GCRA.sha
-            command = evalsha_command(sha, *self._redis_args)
-            self._redis_command = (sha, command)
-        return command
 
     async def _postgres(self, engine: AsyncEngine) -> RateLimitDecision:
         if self.style == "gcra":
@@ -158,7 +149,9 @@ class SlidingWindow:
             try:
                 if self.style == "gcra":
                     request_id = None
-                    reply = await rru.evalsha(client, GCRA, self._redis_args, self._gcra_command())
+                    reply = await rru.evalsha(
+                        client, GCRA, self._redis_args, self._gcra_call.command()
+                    )
                 else:
                     request_id = str(uuid4())
                     reply = await rru.evalsha(client, LOG, (*self._redis_args, request_id.encode()))

@@ -23,7 +23,7 @@ from taskq.ratelimit._common import (
     require_engine,
     retry,
 )
-from taskq.ratelimit._lua import TOKEN_BUCKET, evalsha_command, redis_key
+from taskq.ratelimit._lua import TOKEN_BUCKET, EncodedCall, redis_key
 from taskq.ratelimit._memory import MemoryTokenBucket
 from taskq.ratelimit.decision import RateLimitDecision, RateLimitState
 from taskq.ratelimit.refs import validate_backend
@@ -66,7 +66,7 @@ class TokenBucket:
         self.redis_key = redis_key(self.name, "tb")
         self._memory = MemoryTokenBucket()
         self._redis_args_one = (self.redis_key.encode(), *self._redis_spec(1.0))
-        self._redis_command: tuple[bytes, bytes] = (b"", b"")
+        self._one = EncodedCall(TOKEN_BUCKET, self._redis_args_one)
         self._pg: _sql.PgAutocommit | None = None
 
     def __repr__(self) -> str:
@@ -115,15 +115,6 @@ class TokenBucket:
             return (*self._redis_args_one, *mode)
         return (self._redis_args_one[0], *self._redis_spec(count), *mode)
 
-    def _command_one(self) -> bytes:
-        """The pre-encoded ``EVALSHA`` of a one-token acquire, for the script's current sha."""
-        sha, command = self._redis_command
-        if sha is not TOKEN_BUCKET.sha:
-            sha = TOKEN_BUCKET.sha
-            command = evalsha_command(sha, *self._redis_args_one)
-            self._redis_command = (sha, command)
-        return command
-
     def _postgres(self, engine: Engine, count: float) -> RateLimitDecision:
         self._pg = _sql.pg_autocommit(self._pg, engine)
         allowed, tokens, retry_us = _sql.sql_token_bucket(
@@ -159,7 +150,7 @@ class TokenBucket:
             try:
                 if count == 1.0:
                     reply = rru.evalsha(
-                        client, TOKEN_BUCKET, self._redis_args_one, self._command_one()
+                        client, TOKEN_BUCKET, self._redis_args_one, self._one.command()
                     )
                 else:
                     reply = rru.evalsha(client, TOKEN_BUCKET, self._script_args(count))

@@ -18,7 +18,7 @@ from taskq.ratelimit import (
     SlidingWindow,
     TokenBucket,
 )
-from taskq.ratelimit._lua import redis_key
+from taskq.ratelimit._lua import EncodedCall, LuaScript, evalsha_command, redis_key
 from taskq.ratelimit.decision import RateLimitState
 from taskq.testing.clock import Clock, FakeClock, SystemClock
 
@@ -246,3 +246,18 @@ async def test_redis_backend_without_the_extra_says_how_to_install(
         await TokenBucket("r", capacity=1, refill_per_second=1).acquire()
     assert isinstance(info.value, RedisExtraMissing)
     assert isinstance(info.value, RuntimeError)
+
+
+def test_an_encoded_call_follows_its_scripts_sha() -> None:
+    """The pre-encoded hot-path EVALSHA is the RESP form of the call, and it is encoded
+    again when the script's sha changes (a NOSCRIPT reload replaces it)."""
+    script = LuaScript("return 1")
+    call = EncodedCall(script, (b"key", b"10", b"60"))
+    first = call.command()
+    assert first == (
+        b"*6\r\n$7\r\nEVALSHA\r\n$40\r\n" + script.sha + b"\r\n$1\r\n1\r\n"
+        b"$3\r\nkey\r\n$2\r\n10\r\n$2\r\n60\r\n"
+    )
+    assert call.command() is first  # encoded once while the sha stands
+    script.sha = b"f" * 40
+    assert call.command() == evalsha_command(b"f" * 40, b"key", b"10", b"60")
