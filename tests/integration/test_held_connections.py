@@ -13,7 +13,6 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import psycopg
 import pytest
 from pydantic import BaseModel
 from sqlalchemy.engine import URL
@@ -28,6 +27,7 @@ from taskq.backends import sql as sql_backend
 from taskq.db import dialect
 from taskq.db.engine import make_engine
 from taskq.settings import TaskQSettings
+from tests.support.pg import count_jobs, kill_other_backends
 
 pytestmark = pytest.mark.integration
 
@@ -39,26 +39,6 @@ class Note(BaseModel):
 
 @actor(name="held_plain")
 async def held_plain(payload: Note) -> None: ...
-
-
-def _libpq(url: URL) -> str:
-    return url.set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-def _count(url: URL) -> int:
-    with psycopg.connect(_libpq(url), autocommit=True) as conn:
-        row = conn.execute("SELECT count(*) FROM taskq.jobs WHERE actor = 'held_plain'").fetchone()
-    assert row is not None
-    return int(row[0])
-
-
-def _kill_other_backends(url: URL) -> int:
-    with psycopg.connect(_libpq(url), autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        ).fetchall()
-    return len(rows)
 
 
 class _Exclusive:
@@ -114,7 +94,7 @@ async def test_held_connections_go_back_on_close(pg_url: URL, settings: TaskQSet
         assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]
     finally:
         await engine.dispose()
-    assert _count(pg_url) == 3
+    assert count_jobs(pg_url, "held_plain") == 3
 
 
 async def test_concurrent_tasks_each_get_their_own_connection(
@@ -143,7 +123,7 @@ async def test_concurrent_tasks_each_get_their_own_connection(
         assert not guard.clash
         assert guard.peak > 4  # more in flight than are kept: extras went back
         assert tq.engine.pool.checkedout() == tq.backend.held.idle  # type: ignore[attr-defined]
-    assert _count(pg_url) == 48
+    assert count_jobs(pg_url, "held_plain") == 48
 
 
 def test_sync_facade_threads_each_get_their_own_connection(
@@ -172,7 +152,7 @@ def test_sync_facade_threads_each_get_their_own_connection(
         assert 1 <= tq.backend.held.idle <= tq.backend.held.keep
         assert tq.engine.pool.checkedout() == tq.backend.held.idle  # type: ignore[attr-defined]
     assert tq.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
-    assert _count(pg_url) == 240
+    assert count_jobs(pg_url, "held_plain") == 240
 
 
 async def test_dead_held_connections_give_exactly_one_job_per_request(
@@ -181,7 +161,7 @@ async def test_dead_held_connections_give_exactly_one_job_per_request(
     async with TaskQ(pg_url, settings=settings) as tq:
         await asyncio.gather(*(tq.jobs.enqueue(held_plain, Note(n=i)) for i in range(8)))
         assert tq.backend.held.idle == 4
-        assert _kill_other_backends(pg_url) >= 4  # every held connection dies
+        assert kill_other_backends(pg_url) >= 4  # every held connection dies
         with capture_logs() as logs:
             first = await tq.jobs.enqueue(held_plain, Note(n=100))
             rest = [await tq.jobs.enqueue(held_plain, Note(n=100 + i)) for i in range(1, 6)]
@@ -190,7 +170,7 @@ async def test_dead_held_connections_give_exactly_one_job_per_request(
         assert [e["event"] for e in logs] == ["enqueue_retry_after_disconnect"]
         assert [await h.status() for h in [first, *rest]] == ["pending"] * 6
         assert tq.backend.held.idle == 1
-    assert _count(pg_url) == 8 + 6
+    assert count_jobs(pg_url, "held_plain") == 8 + 6
 
 
 async def test_a_long_idle_held_connection_goes_back_through_the_pool_ping(
@@ -201,12 +181,12 @@ async def test_a_long_idle_held_connection_goes_back_through_the_pool_ping(
     async with TaskQ(pg_url, settings=settings) as tq:
         await tq.jobs.enqueue(held_plain, Note(n=1))
         assert tq.backend.held.idle == 1
-        assert _kill_other_backends(pg_url) >= 1
+        assert kill_other_backends(pg_url) >= 1
         with capture_logs() as logs:
             handle = await tq.jobs.enqueue(held_plain, Note(n=2))
         assert logs == []  # replaced at checkout by the ping, no failed statement
         assert await handle.status() == "pending"
-    assert _count(pg_url) == 2
+    assert count_jobs(pg_url, "held_plain") == 2
 
 
 async def test_a_failed_statement_does_not_keep_its_connection(
@@ -219,7 +199,7 @@ async def test_a_failed_statement_does_not_keep_its_connection(
         assert tq.backend.held.idle == 0
         await tq.jobs.enqueue(held_plain, Note(n=3))
         assert tq.backend.held.idle == 1
-    assert _count(pg_url) == 2
+    assert count_jobs(pg_url, "held_plain") == 2
 
 
 async def test_cancelled_enqueue_does_not_keep_its_connection(

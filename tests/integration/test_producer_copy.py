@@ -32,6 +32,7 @@ from taskq.db.queries.dispatch import notify_channel
 from taskq.exceptions import MaxPendingExceededError
 from taskq.records import EnqueueArgs, EnqueueRequest, JobRecord
 from taskq.settings import TaskQSettings
+from tests.support.pg import count_jobs, kill_other_backends, libpq
 
 pytestmark = pytest.mark.integration
 
@@ -65,20 +66,9 @@ class Doc(BaseModel):
 async def copy_plain(payload: Doc) -> None: ...
 
 
-def _libpq(url: URL) -> str:
-    return url.set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-def _count(url: URL, actor: str = "copy_plain") -> int:
-    with psycopg.connect(_libpq(url), autocommit=True) as conn:
-        row = conn.execute("SELECT count(*) FROM taskq.jobs WHERE actor = %s", [actor]).fetchone()
-    assert row is not None
-    return int(row[0])
-
-
 def _stored_json(url: URL, job_id: UUID) -> tuple[str, str, str, str | None]:
     """The stored JSON documents of a row, as the server prints them."""
-    with psycopg.connect(_libpq(url), autocommit=True) as conn:
+    with psycopg.connect(libpq(url), autocommit=True) as conn:
         row = conn.execute(
             "SELECT payload::text, tags::text, metadata::text, identity_key "
             "FROM taskq.jobs WHERE id = %s",
@@ -209,7 +199,7 @@ async def test_client_enqueue_many_takes_the_copy_path(
             small = await tq.jobs.enqueue_many([(copy_plain, Doc(n=i)) for i in range(N - 1)])
         assert calls == []  # below the threshold: the one statement
         assert len(small) == N - 1
-        assert _count(pg_url) == 2 * N - 1
+        assert count_jobs(pg_url, "copy_plain") == 2 * N - 1
 
 
 def test_sync_client_takes_the_copy_path(pg_url: URL, settings: TaskQSettings) -> None:
@@ -224,7 +214,7 @@ def test_sync_client_takes_the_copy_path(pg_url: URL, settings: TaskQSettings) -
         assert calls == [N + 1]
         for handle in handles:
             assert handle.record == handle.refresh()
-    assert _count(pg_url) == N + 1
+    assert count_jobs(pg_url, "copy_plain") == N + 1
 
 
 async def test_awkward_json_and_text_round_trip_exactly(
@@ -282,10 +272,10 @@ async def test_a_nul_character_fails_the_whole_batch_as_the_statement_does(
                 await tq.backend.enqueue(requests)
             assert isinstance(caught.value.orig, psycopg.DataError)
             assert caught.value.connection_invalidated is False
-            assert _count(pg_url) == 0
+            assert count_jobs(pg_url, "copy_plain") == 0
         handles = await tq.jobs.enqueue_many([(copy_plain, Doc(n=i)) for i in range(N)])
         assert len(handles) == N
-        assert _count(pg_url) == N
+        assert count_jobs(pg_url, "copy_plain") == N
 
 
 @contextmanager
@@ -295,7 +285,7 @@ def _failing_trigger(url: URL, *, n: int, deferred: bool = False) -> Iterator[No
     kind = "CONSTRAINT TRIGGER" if deferred else "TRIGGER"
     when = "AFTER INSERT" if deferred else "BEFORE INSERT"
     timing = "DEFERRABLE INITIALLY DEFERRED" if deferred else ""
-    with psycopg.connect(_libpq(url), autocommit=True) as conn:
+    with psycopg.connect(libpq(url), autocommit=True) as conn:
         conn.execute(
             "CREATE FUNCTION taskq.copy_test_fail() RETURNS trigger LANGUAGE plpgsql AS $$ "
             f"BEGIN IF (NEW.payload->>'n')::int = {n} THEN "
@@ -325,7 +315,7 @@ def _failing_trigger(url: URL, *, n: int, deferred: bool = False) -> Iterator[No
 async def test_a_failing_row_writes_nothing_and_wakes_nobody(
     pg_url: URL, settings: TaskQSettings, size: int, fail_at: int, deferred: bool
 ) -> None:
-    listener = await psycopg.AsyncConnection.connect(_libpq(pg_url), autocommit=True)
+    listener = await psycopg.AsyncConnection.connect(libpq(pg_url), autocommit=True)
     channel = notify_channel(settings.schema_name)
     await listener.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
     async with TaskQ(pg_url, settings=settings) as tq:
@@ -336,7 +326,7 @@ async def test_a_failing_row_writes_nothing_and_wakes_nobody(
                 )
             assert calls == [size]
         assert isinstance(caught.value.orig, psycopg.errors.CheckViolation)
-        assert _count(pg_url) == 0
+        assert count_jobs(pg_url, "copy_plain") == 0
         await tq.jobs.enqueue_many(
             [EnqueueArgs(copy_plain, {"n": i}, {"queue": "copy_ok"}) for i in range(N)]
         )
@@ -351,11 +341,11 @@ async def test_a_failing_row_writes_nothing_and_wakes_nobody(
     await asyncio.wait_for(until_ok(), timeout=5)
     await listener.close()
     assert seen == ["copy_ok"]
-    assert _count(pg_url) == N
+    assert count_jobs(pg_url, "copy_plain") == N
 
 
 async def test_one_notification_per_queue_at_commit(pg_url: URL, settings: TaskQSettings) -> None:
-    listener = await psycopg.AsyncConnection.connect(_libpq(pg_url), autocommit=True)
+    listener = await psycopg.AsyncConnection.connect(libpq(pg_url), autocommit=True)
     channel = notify_channel(settings.schema_name)
     await listener.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
     async with TaskQ(pg_url, settings=settings) as tq:
@@ -381,19 +371,10 @@ async def test_one_notification_per_queue_at_commit(pg_url: URL, settings: TaskQ
     assert sorted(seen) == ["copy_a", "copy_c"]
 
 
-def _kill_other_backends(url: URL) -> int:
-    with psycopg.connect(_libpq(url), autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        ).fetchall()
-    return len(rows)
-
-
 async def test_copy_survives_a_dead_held_connection(pg_url: URL, settings: TaskQSettings) -> None:
     async with TaskQ(pg_url, settings=settings) as tq:
         await tq.jobs.enqueue_many([(copy_plain, Doc(n=i)) for i in range(N)])  # caps cached
-        assert _kill_other_backends(pg_url) >= 1
+        assert kill_other_backends(pg_url) >= 1
         with capture_logs() as logs, _copy_calls() as calls:
             handles = await tq.jobs.enqueue_many([(copy_plain, Doc(n=i)) for i in range(N)])
         assert calls == [N]
@@ -401,7 +382,7 @@ async def test_copy_survives_a_dead_held_connection(pg_url: URL, settings: TaskQ
         assert [await h.status() for h in handles[:3]] == ["pending"] * 3
         for handle in handles:
             assert handle.record == await handle.refresh()
-        assert _count(pg_url) == 2 * N
+        assert count_jobs(pg_url, "copy_plain") == 2 * N
 
 
 async def test_a_connection_found_dead_before_the_copy_copies_on_a_fresh_one(
@@ -411,13 +392,13 @@ async def test_a_connection_found_dead_before_the_copy_copies_on_a_fresh_one(
     async with TaskQ(pg_url, settings=settings) as tq:
         await tq.jobs.enqueue_many([(copy_plain, Doc(n=i)) for i in range(N)])
         tq.backend._stored_cap.clear()  # the next enqueue reads the caps first
-        assert _kill_other_backends(pg_url) >= 1
+        assert kill_other_backends(pg_url) >= 1
         with capture_logs() as logs, _copy_calls() as calls:
             handles = await tq.jobs.enqueue_many([(copy_plain, Doc(n=i)) for i in range(N)])
         assert calls == [N]
         assert [e["event"] for e in logs] == ["enqueue_retry_after_disconnect"]
         assert handles[0].record == await handles[0].refresh()
-    assert _count(pg_url) == 2 * N
+    assert count_jobs(pg_url, "copy_plain") == 2 * N
 
 
 def test_sync_copy_survives_a_dead_held_connection(pg_url: URL, settings: TaskQSettings) -> None:
@@ -426,13 +407,13 @@ def test_sync_copy_survives_a_dead_held_connection(pg_url: URL, settings: TaskQS
 
     with SyncTaskQ(pg_url, settings=settings) as tq:
         tq.jobs.enqueue_many([(copy_plain, Doc(n=i)) for i in range(N)])
-        assert _kill_other_backends(pg_url) >= 1
+        assert kill_other_backends(pg_url) >= 1
         with capture_logs() as logs, _copy_calls(sync_backend) as calls:
             handles = tq.jobs.enqueue_many([(copy_plain, Doc(n=i)) for i in range(N)])
         assert calls == [N]
         assert [e["event"] for e in logs] == ["enqueue_retry_after_disconnect"]
         assert handles[-1].record == handles[-1].refresh()
-    assert _count(pg_url) == 2 * N
+    assert count_jobs(pg_url, "copy_plain") == 2 * N
 
 
 def _lost(before_commit: bool) -> Any:
@@ -474,7 +455,7 @@ async def test_retry_after_a_lost_copy_writes_each_job_once(
         )
         assert len(statements) == 1
         assert "ON CONFLICT (id) DO NOTHING" in statements[0]
-        assert _count(pg_url) == size
+        assert count_jobs(pg_url, "copy_plain") == size
         for handle in handles[:: N // 4] + handles[-1:]:
             assert handle.record == await handle.refresh()
             assert handle.was_existing is False
@@ -493,7 +474,7 @@ async def test_a_failed_retry_is_raised(
         with pytest.raises(DBAPIError) as caught:
             await tq.jobs.enqueue_many([(copy_plain, Doc(n=i)) for i in range(N)])
         assert isinstance(caught.value.orig, psycopg.errors.SyntaxError)
-    assert _count(pg_url) == 0
+    assert count_jobs(pg_url, "copy_plain") == 0
 
 
 async def test_a_capped_actor_takes_the_transactional_path(
@@ -504,7 +485,7 @@ async def test_a_capped_actor_takes_the_transactional_path(
         with _copy_calls() as calls:
             with pytest.raises(MaxPendingExceededError):
                 await tq.jobs.enqueue_many([(copy_plain, Doc(n=i)) for i in range(N + 11)])
-            assert _count(pg_url) == 0
+            assert count_jobs(pg_url, "copy_plain") == 0
             handles = await tq.jobs.enqueue_many([(copy_plain, Doc(n=i)) for i in range(N + 10)])
         assert calls == []
         assert len(handles) == N + 10
@@ -598,10 +579,10 @@ async def test_a_cancelled_copy_writes_nothing_and_the_next_enqueue_works(
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        assert _count(pg_url) == 0
+        assert count_jobs(pg_url, "copy_plain") == 0
         handles = await tq.jobs.enqueue_many([(copy_plain, Doc(n=i)) for i in range(N)])
         assert handles[0].record == await handles[0].refresh()
-    assert _count(pg_url) == N
+    assert count_jobs(pg_url, "copy_plain") == N
 
 
 # --- COPY inside a transaction: the caller's (connection=) or the backend's own -----------
@@ -627,7 +608,7 @@ def _chunk_calls() -> Iterator[list[int]]:
 
 
 async def _listen(url: URL, settings: TaskQSettings) -> psycopg.AsyncConnection[Any]:
-    listener = await psycopg.AsyncConnection.connect(_libpq(url), autocommit=True)
+    listener = await psycopg.AsyncConnection.connect(libpq(url), autocommit=True)
     channel = notify_channel(settings.schema_name)
     await listener.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
     return listener
@@ -658,17 +639,17 @@ async def test_copy_in_the_callers_transaction_commits_and_rolls_back_with_it(
                 request = await conn.begin()
                 await tq.jobs.enqueue_many(items, connection=conn)
                 await request.rollback()
-            assert _count(pg_url) == 0
+            assert count_jobs(pg_url, "copy_plain") == 0
             async with tq.engine.connect() as conn:
                 request = await conn.begin()
                 handles = await tq.jobs.enqueue_many(
                     [*items, EnqueueArgs(copy_plain, {"n": 1}, {"queue": "copy_tx", "delay": day})],
                     connection=conn,
                 )
-                assert _count(pg_url) == 0  # not before the caller commits
+                assert count_jobs(pg_url, "copy_plain") == 0  # not before the caller commits
                 await request.commit()
         assert calls == [N, N + 1]
-        assert _count(pg_url) == N + 1
+        assert count_jobs(pg_url, "copy_plain") == N + 1
         for handle in handles:
             assert handle.record == await handle.refresh()
         await tq.jobs.enqueue(copy_plain, Doc(n=0), queue="copy_end")
@@ -691,7 +672,7 @@ async def test_copy_on_a_connection_that_had_not_begun_is_committed_by_its_commi
                 assert conn.in_transaction()
                 await conn.commit()
         assert calls == [N]
-    assert _count(pg_url) == N + 1
+    assert count_jobs(pg_url, "copy_plain") == N + 1
 
 
 async def test_a_failed_copy_in_the_callers_transaction_leaves_it_to_roll_back(
@@ -708,7 +689,7 @@ async def test_a_failed_copy_in_the_callers_transaction_leaves_it_to_roll_back(
                 assert isinstance(caught.value.orig, psycopg.DataError)
                 await request.rollback()
         assert calls == [N]
-    assert _count(pg_url) == 0
+    assert count_jobs(pg_url, "copy_plain") == 0
 
 
 async def test_an_autocommit_callers_connection_gets_the_statement(
@@ -723,7 +704,7 @@ async def test_an_autocommit_callers_connection_gets_the_statement(
                 )
         assert calls == []
         assert handles[0].record == await handles[0].refresh()
-    assert _count(pg_url) == N
+    assert count_jobs(pg_url, "copy_plain") == N
 
 
 async def test_a_mixed_batch_copies_its_plain_items_in_the_backends_transaction(
@@ -748,8 +729,8 @@ async def test_a_mixed_batch_copies_its_plain_items_in_the_backends_transaction(
             with pytest.raises(DBAPIError):
                 await tq.jobs.enqueue_many(items)
         assert calls == [N]
-    assert _count(pg_url) == N
-    assert _count(pg_url, actor="copy_unique") == 1
+    assert count_jobs(pg_url, "copy_plain") == N
+    assert count_jobs(pg_url, "copy_unique") == 1
 
 
 def test_sync_copy_in_the_callers_transaction(pg_url: URL, settings: TaskQSettings) -> None:
@@ -762,10 +743,10 @@ def test_sync_copy_in_the_callers_transaction(pg_url: URL, settings: TaskQSettin
                 request = conn.begin()
                 tq.jobs.enqueue_many(items, connection=conn)
                 request.rollback()
-            assert _count(pg_url) == 0
+            assert count_jobs(pg_url, "copy_plain") == 0
             with tq.engine.begin() as conn:
                 handles = tq.jobs.enqueue_many(items, connection=conn)
         assert calls == [N, N]
         for handle in handles:
             assert handle.record == handle.refresh()
-    assert _count(pg_url) == N
+    assert count_jobs(pg_url, "copy_plain") == N

@@ -23,6 +23,7 @@ from taskq.db.queries.dispatch import notify_channel
 from taskq.db.tables import jobs
 from taskq.records import EnqueueArgs
 from taskq.settings import TaskQSettings
+from tests.support.pg import count_jobs, kill_other_backends, libpq
 
 
 class Ping(BaseModel):
@@ -33,29 +34,6 @@ class Ping(BaseModel):
 
 @actor(name="fast_plain", queue="fast_a", priority=2)
 async def fast_plain(payload: Ping) -> None: ...
-
-
-def _libpq(url: URL) -> str:
-    return url.set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-def _count(url: URL, **where: Any) -> int:
-    with psycopg.connect(_libpq(url), autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM taskq.jobs WHERE actor = %(actor)s", {"actor": where["actor"]}
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
-
-
-def _kill_other_backends(url: URL) -> int:
-    """Terminate every other session on the test database: the pool's connections die."""
-    with psycopg.connect(_libpq(url), autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        ).fetchall()
-    return len(rows)
 
 
 async def test_returned_records_equal_the_rows_written(
@@ -94,7 +72,7 @@ async def test_returned_records_equal_the_rows_written(
 
 
 async def test_one_notification_per_queue_at_commit(pg_url: URL, settings: TaskQSettings) -> None:
-    listener = await psycopg.AsyncConnection.connect(_libpq(pg_url), autocommit=True)
+    listener = await psycopg.AsyncConnection.connect(libpq(pg_url), autocommit=True)
     channel = notify_channel(settings.schema_name)
     await listener.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
     async with TaskQ(pg_url, settings=settings) as tq:
@@ -122,12 +100,12 @@ async def test_async_enqueue_survives_a_dead_pooled_connection(
 ) -> None:
     async with TaskQ(pg_url, settings=settings) as tq:
         await tq.jobs.enqueue(fast_plain, Ping(n=1))  # leaves a connection in the pool
-        assert _kill_other_backends(pg_url) >= 1
+        assert kill_other_backends(pg_url) >= 1
         with capture_logs() as logs:
             handle = await tq.jobs.enqueue(fast_plain, Ping(n=2))
         assert [e["event"] for e in logs] == ["enqueue_retry_after_disconnect"]
         assert await handle.status() == "pending"
-        assert _count(pg_url, actor="fast_plain") == 2
+        assert count_jobs(pg_url, "fast_plain") == 2
 
 
 def test_sync_enqueue_survives_a_dead_pooled_connection(
@@ -137,10 +115,10 @@ def test_sync_enqueue_survives_a_dead_pooled_connection(
 
     with SyncTaskQ(pg_url, settings=settings) as tq:
         tq.jobs.enqueue(fast_plain, Ping(n=1))
-        assert _kill_other_backends(pg_url) >= 1
+        assert kill_other_backends(pg_url) >= 1
         handles = tq.jobs.enqueue_many([(fast_plain, Ping(n=i)) for i in range(3)])
         assert [h.status() for h in handles] == ["pending"] * 3
-        assert _count(pg_url, actor="fast_plain") == 4
+        assert count_jobs(pg_url, "fast_plain") == 4
 
 
 async def test_retry_after_a_lost_reply_writes_no_duplicate(
@@ -167,7 +145,7 @@ async def test_retry_after_a_lost_reply_writes_no_duplicate(
         handles = await tq.jobs.enqueue_many([(fast_plain, Ping(n=i)) for i in range(3)])
         assert len(calls) == 2
         assert "ON CONFLICT (id) DO NOTHING" in calls[1]
-        assert _count(pg_url, actor="fast_plain") == 3
+        assert count_jobs(pg_url, "fast_plain") == 3
         for handle in handles:
             assert handle.record == await handle.refresh()
             assert handle.was_existing is False
@@ -196,7 +174,7 @@ async def test_a_driver_error_is_a_dbapi_error_and_writes_nothing(
             )
         assert isinstance(caught.value.orig, psycopg.Error)
         assert caught.value.connection_invalidated is False
-        assert _count(pg_url, actor="fast_plain") == 0
+        assert count_jobs(pg_url, "fast_plain") == 0
         handle = await tq.jobs.enqueue(fast_plain, Ping(n=3))  # the connection is still good
         assert await handle.status() == "pending"
 
@@ -208,7 +186,7 @@ async def test_an_idle_dead_connection_is_replaced_at_checkout(
     monkeypatch.setattr(dialect, "IDLE_PING_AFTER_S", 0.0)
     async with TaskQ(pg_url, settings=settings) as tq:
         handle = await tq.jobs.enqueue(fast_plain, Ping(n=1))
-        assert _kill_other_backends(pg_url) >= 1
+        assert kill_other_backends(pg_url) >= 1
         assert await handle.status() == "pending"
         async with tq.engine.connect() as conn:
             n = (await conn.execute(select(func.count()).select_from(jobs))).scalar_one()

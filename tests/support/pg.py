@@ -1,0 +1,30 @@
+"""Small direct-to-Postgres helpers for tests that check what a store really holds."""
+
+from __future__ import annotations
+
+import psycopg
+from sqlalchemy.engine import URL
+
+
+def libpq(url: URL) -> str:
+    """``url`` as a libpq connection string (psycopg's own, outside SQLAlchemy)."""
+    return url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def count_jobs(url: URL, actor: str) -> int:
+    """How many ``taskq.jobs`` rows ``actor`` has, read on a connection of its own."""
+    with psycopg.connect(libpq(url), autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM taskq.jobs WHERE actor = %s", [actor]).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def kill_other_backends(url: URL) -> int:
+    """Terminate every other session on ``url``'s database (the pools' connections die);
+    how many were terminated."""
+    with psycopg.connect(libpq(url), autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+    return len(rows)
