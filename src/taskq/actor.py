@@ -38,7 +38,14 @@ from taskq.context import JobContext
 from taskq.exceptions import PayloadValidationError
 from taskq.retry import OnCancel, OnRetryExhausted, OnSuccess, RetryClassifierHook, RetryPolicy
 
-__all__ = ["ActorRef", "actor", "get_actor", "registered_actors", "validate_actor_name"]
+__all__ = [
+    "ActorRef",
+    "actor",
+    "find_actor",
+    "get_actor",
+    "registered_actors",
+    "validate_actor_name",
+]
 
 P = TypeVar("P", bound=BaseModel)
 R = TypeVar("R")
@@ -183,6 +190,11 @@ def get_actor(name: str) -> ActorRef[Any, Any]:
         raise LookupError(
             f"unknown actor {name!r}: no @actor with that name was imported"
         ) from None
+
+
+def find_actor(name: str) -> ActorRef[Any, Any] | None:
+    """The actor declared in this process under ``name``, or ``None``."""
+    return _ACTORS.get(name)
 
 
 def registered_actors() -> dict[str, ActorRef[Any, Any]]:

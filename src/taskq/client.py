@@ -18,7 +18,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from taskq._ids import new_job_ids
-from taskq.actor import ActorRef, get_actor
+from taskq.actor import ActorRef, find_actor, get_actor
 from taskq.actor_config_ops import ActorsClient
 from taskq.backends.base import Backend
 from taskq.backends.held import held_connections_cap
@@ -33,7 +33,9 @@ from taskq.records import (
     JobRecord,
     build_request,
     request_like,
+    request_template,
 )
+from taskq.request_batch import RequestBatch
 from taskq.settings import TaskQSettings
 
 __all__ = ["EnqueueArgs", "JobHandle", "JobsClient", "TaskQ"]
@@ -120,53 +122,23 @@ class JobsClient:
         *,
         connection: AsyncConnection | None = None,
     ) -> list[JobHandle[Any]]:
-        """Enqueue many jobs in one transaction (one INSERT for those with no dedup checks).
+        """Enqueue many jobs in one transaction (one INSERT or COPY for those with no dedup
+        checks).
 
-        Every item is validated before anything is written; all are written or none.
+        All are written or none: an item that fails validation is raised (the first bad
+        one, in order) and leaves nothing written. Without ``connection``, a large batch
+        may be streamed to the database while its later items are still being validated,
+        inside a transaction that the error rolls back.
         """
-        refs: list[ActorRef[Any, Any]] = []
-        requests: list[EnqueueRequest | None] = []
-        stc = self._default_stc
-        # (actor, payload) pairs carry no options: each actor is resolved once, later
-        # items of it are made like the first (see request_like). Their ids are made in
-        # one batch, and payloads that are instances of exactly the actor's model (which
-        # cannot fail validation) are dumped together per actor after the loop; any other
-        # payload is validated in its turn, so the first bad item is the one reported.
-        templates: dict[int, EnqueueRequest] = {}
-        deferred: dict[int, tuple[list[int], list[Any]]] = {}
-        ids = new_job_ids(len(items))
-        for index, item in enumerate(items):
-            request: EnqueueRequest | None
-            if isinstance(item, EnqueueArgs):
-                ref = _resolve(item.actor)
-                request = self._request(ref, item.payload, dict(item.options))
-            else:
-                actor, payload = item
-                ref = _resolve(actor)
-                template = templates.get(id(ref))
-                if template is None:
-                    request = templates[id(ref)] = build_request(
-                        ref, payload, default_start_to_close=stc, job_id=ids[index]
-                    )
-                elif type(payload) is ref.payload_type:
-                    request = None  # made below, with the actor's other deferred items
-                    indexes, payloads = deferred.setdefault(id(ref), ([], []))
-                    indexes.append(index)
-                    payloads.append(payload)
-                else:
-                    request = request_like(template, ref.dump_payload(payload), ids[index])
-            refs.append(ref)
-            requests.append(request)
-        for ref_id, (indexes, payloads) in deferred.items():
-            template = templates[ref_id]
-            dumped = refs[indexes[0]].dump_payloads(payloads)
-            for i, body in zip(indexes, dumped, strict=True):
-                requests[i] = request_like(template, body, ids[i])
-        if not requests:
+        if not items:
             return []
-        made = cast("list[EnqueueRequest]", requests)  # every None was filled in above
-        outcomes = await self.backend.enqueue(made, connection=connection)
-        return [self._handle(ref, outcome) for ref, outcome in zip(refs, outcomes, strict=True)]
+        made = _Items(items, self._default_stc)
+        batch = made.batch()
+        if connection is None:
+            outcomes = await self.backend.enqueue_batch(batch)
+        else:
+            outcomes = await self.backend.enqueue(batch.all(), connection=connection)
+        return [self._handle(ref, out) for ref, out in zip(made.refs, outcomes, strict=True)]
 
     async def get(
         self, job_id: UUID, *, result_adapter: TypeAdapter[R] | None = None
@@ -232,3 +204,98 @@ class TaskQ:
         await self.backend.aclose()
         if self._owns_engine:
             await self.engine.dispose()
+
+
+class _Items:
+    """The requests of an ``enqueue_many``'s items, made a chunk at a time (``make``).
+
+    ``(actor, payload)`` pairs carry no options: each actor is resolved once and its
+    items are made like its template (:func:`~taskq.records.request_like`). Ids are made
+    one batch per chunk. Payloads that are instances of exactly the actor's model (which
+    cannot fail validation) are dumped together per actor and chunk; any other payload
+    is validated in its turn, so the first bad item is the one raised.
+
+    When every item is such a pair with an actor that resolves, what the batch holds is
+    known before any payload is validated (:meth:`batch`), so a backend can stream it.
+    """
+
+    def __init__(
+        self,
+        items: Sequence[EnqueueArgs | tuple[ActorRef[Any, Any] | str, Any]],
+        default_stc: timedelta | None,
+    ) -> None:
+        self.items = items
+        self.stc = default_stc
+        self.refs: list[ActorRef[Any, Any]] = []
+        """The actor of each item made so far (all of them when they are all pairs)."""
+        self._resolved = False
+        self._templates: dict[int, EnqueueRequest] = {}
+
+    def batch(self) -> RequestBatch:
+        """The items' :class:`~taskq.request_batch.RequestBatch` (``plain`` when known)."""
+        refs: list[ActorRef[Any, Any]] = []
+        for item in self.items:
+            found = type(item) is tuple and len(item) == 2 and _find(item[0])
+            if not found:
+                return RequestBatch(len(self.items), self.make)
+            refs.append(found)
+        self.refs, self._resolved = refs, True
+        templates = [self._template(ref) for ref in {id(ref): ref for ref in refs}.values()]
+        return RequestBatch(
+            len(self.items),
+            self.make,
+            plain=all([t.plain and t.max_pending is None for t in templates]),
+            actors=frozenset([t.actor for t in templates]),
+            queues={t.queue for t in templates},
+        )
+
+    def _template(self, ref: ActorRef[Any, Any]) -> EnqueueRequest:
+        template = self._templates.get(id(ref))
+        if template is None:
+            template = self._templates[id(ref)] = request_template(
+                ref, default_start_to_close=self.stc
+            )
+        return template
+
+    def make(self, start: int, stop: int) -> list[EnqueueRequest]:
+        """The requests of items ``start`` to ``stop - 1``, in order."""
+        ids = new_job_ids(stop - start)
+        made: list[EnqueueRequest | None] = []
+        deferred: dict[int, tuple[ActorRef[Any, Any], list[int], list[Any]]] = {}
+        for index in range(start, stop):
+            item = self.items[index]
+            if isinstance(item, EnqueueArgs):
+                ref = _resolve(item.actor)
+                self.refs.append(ref)
+                made.append(
+                    build_request(
+                        ref, item.payload, default_start_to_close=self.stc, **item.options
+                    )
+                )
+                continue
+            actor, payload = item
+            if self._resolved:
+                ref = self.refs[index]
+            else:
+                ref = _resolve(actor)
+                self.refs.append(ref)
+            if type(payload) is ref.payload_type:
+                made.append(None)  # made below, with the actor's other deferred items
+                _, indexes, payloads = deferred.setdefault(id(ref), (ref, [], []))
+                indexes.append(index - start)
+                payloads.append(payload)
+            else:
+                body = ref.dump_payload(payload)
+                made.append(request_like(self._template(ref), body, ids[index - start]))
+        for ref, indexes, payloads in deferred.values():
+            template = self._template(ref)
+            for i, body in zip(indexes, ref.dump_payloads(payloads), strict=True):
+                made[i] = request_like(template, body, ids[i])
+        return cast("list[EnqueueRequest]", made)  # every None was filled in above
+
+
+def _find(actor: object) -> ActorRef[Any, Any] | None:
+    """The actor ``actor`` names or is, or ``None`` (then :func:`_resolve` raises)."""
+    if isinstance(actor, ActorRef):
+        return actor
+    return find_actor(actor) if isinstance(actor, str) else None

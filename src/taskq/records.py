@@ -38,6 +38,7 @@ __all__ = [
     "RecordSource",
     "build_request",
     "request_like",
+    "request_template",
 ]
 
 
@@ -362,7 +363,7 @@ def build_request(
     ``ValueError``/``TypeError`` for an option (naming it). ``unique_for``/``max_pending``
     here are per-call overrides (sub-job enqueues); ``None`` keeps the actor's.
     """
-    body = ref.dump_payload(payload)
+    body = {} if payload is _TEMPLATE else ref.dump_payload(payload)
     queue = validate_queue_name(queue) if queue is not None else ref.queue
     prio = ref.priority if priority is None else priority
     if isinstance(prio, bool) or not isinstance(prio, int):
@@ -428,11 +429,24 @@ def build_request(
     )
 
 
+_TEMPLATE = object()
+"""The payload of :func:`request_template`: an empty document, nothing validated."""
+
+
+def request_template(
+    ref: ActorRef[Any, Any], *, default_start_to_close: timedelta | None = None
+) -> EnqueueRequest:
+    """The request of an enqueue of ``ref`` with no options and an empty payload: what
+    :func:`request_like` makes the items of an ``enqueue_many`` of ``(actor, payload)``
+    pairs like, before any of their payloads is validated. Never inserted itself."""
+    return build_request(ref, _TEMPLATE, default_start_to_close=default_start_to_close)
+
+
 def request_like(
     template: EnqueueRequest, payload: dict[str, Any], job_id: UUID | None = None
 ) -> EnqueueRequest:
-    """A new job like ``template`` (a :func:`build_request` made with no per-job options)
-    carrying ``payload`` (already dumped by the actor).
+    """A new job like ``template`` (a :func:`request_template`, or a :func:`build_request`
+    made with no per-job options) carrying ``payload`` (already dumped by the actor).
 
     ``enqueue_many`` of ``(actor, payload)`` pairs resolves each actor once and makes
     every further item with this: a new id, the payload, a fresh ``metadata`` dict, the

@@ -84,9 +84,9 @@ def _copy_calls(module: Any = sql_backend) -> Iterator[list[int]]:
     real = module._copy_on_driver
     calls: list[int] = []
 
-    def spy(conn: Any, clock: str, params: Any, copy: str, requests: Any) -> Any:
-        calls.append(len(requests))
-        return real(conn, clock, params, copy, requests)
+    def spy(conn: Any, clock: str, params: Any, copy: str, batch: Any) -> Any:
+        calls.append(batch.size)
+        return real(conn, clock, params, copy, batch)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(module, "_copy_on_driver", spy)
@@ -561,16 +561,17 @@ async def test_a_cancelled_copy_writes_nothing_and_the_next_enqueue_works(
 ) -> None:
     """Cancelled mid-COPY (between two buffers): the COPY is aborted and rolled back, the
     connection is not reused in an unknown state."""
-    real = copy_queries.copy_chunks
     sent = asyncio.Event()
+    encoded: list[int] = []
 
-    def chunks(requests: Any, now: datetime, **kw: Any) -> Iterator[bytes]:
-        for i, chunk in enumerate(real(requests, now, **kw)):
-            if i == after_chunks:
+    class Encoder(copy_queries.CopyEncoder):
+        def encode(self, requests: Any) -> bytes:
+            encoded.append(len(requests))
+            if len(encoded) == after_chunks + 1:
                 sent.set()
-            yield chunk
+            return super().encode(requests)
 
-    monkeypatch.setattr(copy_queries, "copy_chunks", chunks)
+    monkeypatch.setattr(copy_queries, "CopyEncoder", Encoder)
     async with TaskQ(pg_url, settings=settings) as tq:
         task = asyncio.create_task(
             tq.jobs.enqueue_many([(copy_plain, Doc(n=i)) for i in range(4000)])
@@ -594,16 +595,20 @@ async def copy_unique(payload: Doc) -> None: ...
 
 @contextmanager
 def _chunk_calls() -> Iterator[list[int]]:
-    """Count the COPYs of any path (each builds its data with ``copy_chunks`` once)."""
-    real = copy_queries.copy_chunks
+    """Count the rows of each COPY of any path (each makes one ``CopyEncoder``)."""
     calls: list[int] = []
 
-    def spy(requests: Any, now: datetime, **kw: Any) -> Iterator[bytes]:
-        calls.append(len(requests))
-        return real(requests, now, **kw)
+    class Encoder(copy_queries.CopyEncoder):
+        def __init__(self, now: datetime) -> None:
+            super().__init__(now)
+            calls.append(0)
+
+        def encode(self, requests: Any) -> bytes:
+            calls[-1] += len(requests)
+            return super().encode(requests)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(copy_queries, "copy_chunks", spy)
+        mp.setattr(copy_queries, "CopyEncoder", Encoder)
         yield calls
 
 

@@ -28,8 +28,8 @@ checked items) the plain items are one COPY too (:meth:`SqlBackend._copy_in_tran
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from datetime import timedelta
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
 from typing import Any, NoReturn
 from uuid import UUID
 
@@ -51,8 +51,8 @@ from taskq.records import (
     EnqueueOutcome,
     EnqueueRequest,
     JobRecord,
-    RecordSource,
 )
+from taskq.request_batch import RequestBatch
 from taskq.settings import TaskQSettings
 
 __all__ = [
@@ -129,7 +129,7 @@ class SqlBackend:
         """Apply ``requests`` in one transaction (or in the caller's, given ``connection``)."""
         if connection is None and self._doc_insert and _uncapped_plain(requests):
             if len(requests) >= self.copy_min_rows:
-                outcomes = await self._enqueue_copy(requests)
+                outcomes = await self._enqueue_copy(RequestBatch.of(requests))
                 if outcomes is not None:
                     return outcomes
             if len(requests) <= _ROWS_PER_STATEMENT:
@@ -143,6 +143,15 @@ class SqlBackend:
                 _raise_translated(exc)
         async with transaction(self.engine) as conn:
             return await self._enqueue_on(conn, requests)
+
+    async def enqueue_batch(self, batch: RequestBatch) -> list[EnqueueOutcome]:
+        """:meth:`enqueue` of ``batch.all()``; a large batch known to be plain is COPYed
+        while its requests are made (:meth:`_enqueue_copy`)."""
+        if batch.plain and self._doc_insert and batch.size >= self.copy_min_rows:
+            outcomes = await self._enqueue_copy(batch)
+            if outcomes is not None:
+                return outcomes
+        return await self.enqueue(batch.all())
 
     async def _enqueue_plain(
         self, requests: Sequence[EnqueueRequest]
@@ -169,7 +178,7 @@ class SqlBackend:
         for attempt in (0, 1):
             try:
                 async with self.held.lease() as conn:
-                    if await self._any_capped(conn, requests):
+                    if await self._any_capped(conn, {req.actor for req in requests}):
                         return None
                     sql = self._plain_sql(conn, skip_existing=retried)
                     params = {"rows": q.rows_document(requests), "channel": self._channel}
@@ -190,19 +199,18 @@ class SqlBackend:
             for req, source in zip(requests, sources, strict=True)
         ]
 
-    async def _enqueue_copy(
-        self, requests: Sequence[EnqueueRequest]
-    ) -> list[EnqueueOutcome] | None:
-        """Insert plain requests with binary COPY in one transaction; ``None`` to fall back.
+    async def _enqueue_copy(self, batch: RequestBatch) -> list[EnqueueOutcome] | None:
+        """Insert a plain batch with binary COPY in one transaction; ``None`` to fall back.
 
         On a held connection (:class:`~taskq.backends.held.HeldConnections`), after the same
         capped-actor check as :meth:`_enqueue_plain` (a capped actor: ``None``, the caller
         takes the transactional path): ``BEGIN``; ``copy_clock_sql`` reads
-        ``clock_timestamp()`` and queues the ``pg_notify`` of each distinct queue (delivered
-        at commit); the rows, every timestamp derived from that reading
-        (:func:`taskq.db.queries.copy_rows.copy_chunks`); ``COMMIT``. All or nothing: any
-        error rolls the transaction back and is raised as the one-statement path raises it
-        (a ``DBAPIError``, translated).
+        ``clock_timestamp()`` and queues the ``pg_notify`` of each of the batch's queues
+        (delivered at commit); the rows, every timestamp derived from that reading, sent a
+        chunk at a time, each chunk of requests made (``batch.chunks``) while the server
+        inserts the one before (:func:`_copy_on_driver`); ``COMMIT``. All or nothing: any
+        error, a bad item of the batch included, rolls the transaction back and is raised
+        (a ``DBAPIError`` as the one-statement path raises it, translated).
 
         A connection found dead is handled as :meth:`_enqueue_plain` handles one: the held
         connections go back to the pool and the batch is tried again ONCE. If it died while
@@ -216,31 +224,26 @@ class SqlBackend:
             copying = False
             try:
                 async with self.held.lease() as conn:
-                    if await self._any_capped(conn, requests):
+                    if await self._any_capped(conn, batch.actors):
                         return None
                     if self._copy_sql is None:
                         self._copy_sql = cq.copy_rows_sql(conn.dialect, _translate_map(conn))
-                    queues = sorted({r.queue for r in requests})
-                    params = {"channel": self._channel, "queues": queues}
+                    params = {"channel": self._channel, "queues": list(batch.queues)}
                     copying = True
                     try:
-                        sources = await _copy_on_driver(
-                            conn, cq.copy_clock_sql(conn.dialect), params, self._copy_sql, requests
+                        return await _copy_on_driver(
+                            conn, cq.copy_clock_sql(conn.dialect), params, self._copy_sql, batch
                         )
                     except cq.UnencodableRow:  # the COPY was aborted and rolled back
                         return None
             except DBAPIError as exc:
                 if exc.connection_invalidated and attempt == 0:
-                    await self._after_disconnect(len(requests))
+                    await self._after_disconnect(batch.size)
                     if copying:
-                        return await self._insert_again(requests)
+                        return await self._insert_again(batch.all())
                     continue  # nothing was sent: the whole thing again, on a fresh connection
                 _raise_translated(exc)
-            break
-        return [
-            EnqueueOutcome(source, job_id=req.job_id)
-            for req, source in zip(requests, sources, strict=True)
-        ]
+        raise AssertionError("unreachable: the second attempt returns or raises")
 
     async def _insert_again(self, requests: Sequence[EnqueueRequest]) -> list[EnqueueOutcome]:
         """After a COPY whose connection died: insert the batch again, in one transaction
@@ -289,19 +292,21 @@ class SqlBackend:
         bulk = [i for i, r in enumerate(requests) if r.plain and caps[r.actor] is None]
         if self._doc_insert:  # COPY or JSON-document statements, NOTIFY included
             plain = [requests[i] for i in bulk]
-            sources: list[RecordSource] | None = None
+            copied: list[EnqueueOutcome] | None = None
             if len(plain) >= self.copy_min_rows:
-                sources = await self._copy_in_transaction(conn, plain)
-            if sources is None:
+                copied = await self._copy_in_transaction(conn, plain)
+            if copied is None:
                 sql = q.insert_rows_sql(conn.dialect, _translate_map(conn))
-                sources = []
+                copied = []
                 for start in range(0, len(plain), _ROWS_PER_STATEMENT):
                     chunk = plain[start : start + _ROWS_PER_STATEMENT]
                     params = {"rows": q.rows_document(chunk), "channel": self._channel}
                     row = (await conn.exec_driver_sql(sql, params)).one()
-                    sources += q.inserted_records(chunk, row)
-            for i, source in zip(bulk, sources, strict=True):
-                outcomes[i] = EnqueueOutcome(source, job_id=requests[i].job_id)
+                    copied += [
+                        EnqueueOutcome(source, job_id=req.job_id)
+                        for req, source in zip(chunk, q.inserted_records(chunk, row), strict=True)
+                    ]
+            outcomes.update(zip(bulk, copied, strict=True))
         else:
             size = traits(self.dialect).insert_chunk
             for start in range(0, len(bulk), size):
@@ -323,9 +328,9 @@ class SqlBackend:
 
     async def _copy_in_transaction(
         self, conn: AsyncConnection, requests: Sequence[EnqueueRequest]
-    ) -> list[RecordSource] | None:
+    ) -> list[EnqueueOutcome] | None:
         """Write plain, uncapped ``requests`` with binary COPY in the transaction ``conn`` is
-        in (the caller's, given ``connection=``, or the backend's own); their records, or
+        in (the caller's, given ``connection=``, or the backend's own); what each did, or
         ``None`` for the statement path instead.
 
         Nothing is committed here: the rows, and the wake-up of each queue, become visible
@@ -346,16 +351,14 @@ class SqlBackend:
         clock = await conn.exec_driver_sql(cq.copy_clock_sql(conn.dialect), params)
         now = clock.one()[0]
         try:
-            records = cq.copied_records(requests, now)
+            cq.copied_records(requests, now)  # is every timestamp encodable?
         except cq.UnencodableRow:
             return None  # the notifications queued are repeated, and folded, by the statement
         try:
             async with driver.cursor() as cursor, cursor.copy(self._copy_sql) as copy:
-                for chunk in cq.copy_chunks(requests, now):
-                    await copy.write(chunk)
+                return await _write_rows(copy, RequestBatch.of(requests), now)
         except psycopg.Error as exc:
             raise await _driver_error(conn, driver, self._copy_sql, None, exc) from exc
-        return records
 
     async def _after_disconnect(self, jobs: int) -> None:
         """A held connection was found dead: log the one retry, and return the other idle
@@ -363,10 +366,11 @@ class SqlBackend:
         _log.warning("enqueue_retry_after_disconnect", jobs=jobs)
         await self.held.drop_idle()
 
-    async def _any_capped(self, conn: AsyncConnection, requests: Sequence[EnqueueRequest]) -> bool:
-        """True when an actor of ``requests`` has a stored ``max_pending`` (a locked count)."""
-        for actor in {req.actor for req in requests}:
-            if await self._stored_max_pending(conn, actor) is not None:
+    async def _any_capped(self, conn: AsyncConnection, actors: Iterable[str]) -> bool:
+        """True when one of ``actors`` has a stored ``max_pending`` (a locked count)."""
+        for actor in actors:
+            stored = await self._stored_max_pending(conn, actor)
+            if stored is not None:
                 return True
         return False
 
@@ -503,19 +507,17 @@ async def _copy_on_driver(
     clock_sql: str,
     params: dict[str, Any],
     copy_sql: str,
-    requests: Sequence[EnqueueRequest],
-) -> list[RecordSource]:
-    """Write ``requests`` with binary COPY in one transaction on ``conn``'s psycopg
+    batch: RequestBatch,
+) -> list[EnqueueOutcome]:
+    """Write ``batch`` with binary COPY in one transaction on ``conn``'s psycopg
     connection (in autocommit: psycopg's ``transaction()`` sends BEGIN, then COMMIT, or
-    ROLLBACK on any error) and return their records.
+    ROLLBACK on any error) and return what each request did.
 
     ``clock_sql`` (:func:`taskq.db.queries.copy_rows.copy_clock_sql`) reads the server clock
-    and queues the wake-ups; then the data of
-    :func:`taskq.db.queries.copy_rows.copy_chunks`, made from that reading, is streamed a
-    few hundred rows at a time (the server inserts one buffer while the next is built). A
-    timestamp out of range (``UnencodableRow``), or any other error, aborts the COPY and
-    rolls back: nothing is written. Driver errors come out as SQLAlchemy would raise them
-    (:func:`_driver_error`).
+    and queues the wake-ups; then the rows are written from that reading
+    (:func:`_write_rows`). A timestamp out of range (``UnencodableRow``), a bad item of the
+    batch, or any other error aborts the COPY and rolls back: nothing is written. Driver
+    errors come out as SQLAlchemy would raise them (:func:`_driver_error`).
     """
     driver = _driver_connection(conn)
     sql: str = clock_sql  # what failed, for the error
@@ -526,15 +528,34 @@ async def _copy_on_driver(
             (now, _) = await cursor.fetchone()
             sql, shown = copy_sql, None
             async with cursor.copy(copy_sql) as copy:
-                for chunk in cq.copy_chunks(requests, now):
-                    await copy.write(chunk)
-                # while the server takes in the last rows; could only fail as the
-                # encoding would have, and an error here still aborts the COPY
-                records = cq.copied_records(requests, now)
+                outcomes = await _write_rows(copy, batch, now)
             sql = "COMMIT"
-        return records
+        return outcomes
     except psycopg.Error as exc:
         raise await _driver_error(conn, driver, sql, shown, exc) from exc
+
+
+async def _write_rows(copy: Any, batch: RequestBatch, now: datetime) -> list[EnqueueOutcome]:
+    """Send the binary COPY data of ``batch``'s rows, made at the clock reading ``now``,
+    to ``copy`` (a psycopg ``Copy``) and return what each request did (each row inserted).
+
+    A chunk of :data:`~taskq.db.queries.copy_rows.COPY_ROWS_PER_WRITE` rows at a time: the
+    server inserts one while the next is made (``batch.chunks``), encoded and its outcomes
+    built, so the client's work hides behind the server's. Anything raised (a bad item,
+    ``UnencodableRow``) leaves the ``with`` block of ``copy``, which aborts the COPY.
+    """
+    encoder = cq.CopyEncoder(now)
+    outcomes: list[EnqueueOutcome] = []
+    await copy.write(cq.COPY_HEADER)
+    for chunk in batch.chunks(cq.COPY_ROWS_PER_WRITE):
+        await copy.write(encoder.encode(chunk))
+        sources = cq.copied_records(chunk, now)
+        outcomes += [
+            EnqueueOutcome(source, job_id=req.job_id)
+            for req, source in zip(chunk, sources, strict=True)
+        ]
+    await copy.write(cq.COPY_TRAILER)
+    return outcomes
 
 
 def _raise_translated(exc: DBAPIError) -> NoReturn:

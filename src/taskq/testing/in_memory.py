@@ -30,6 +30,7 @@ from taskq.exceptions import (
     SingletonCollisionError,
 )
 from taskq.records import AttemptRecord, EnqueueOutcome, EnqueueRequest, JobRecord
+from taskq.request_batch import RequestBatch
 from taskq.retry import RetryPolicy, decide_retry
 from taskq.testing.clock import Clock, SystemClock
 
@@ -96,6 +97,10 @@ class InMemoryBackend:
         self.jobs = staged
         await self._notify()
         return outcomes
+
+    async def enqueue_batch(self, batch: RequestBatch) -> list[EnqueueOutcome]:
+        """:meth:`enqueue` of every request of ``batch``."""
+        return await self.enqueue(batch.all())
 
     def _enqueue_one(self, jobs: dict[UUID, JobRecord], req: EnqueueRequest) -> EnqueueOutcome:
         now = self.clock.now()

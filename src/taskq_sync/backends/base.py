@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from uuid import UUID
 
 from taskq.records import AttemptRecord, EnqueueOutcome, EnqueueRequest, JobRecord
+from taskq.request_batch import RequestBatch
 
 __all__ = ["Backend"]
 
@@ -30,6 +31,12 @@ class Backend(Protocol):
         self, requests: Sequence[EnqueueRequest], *, connection: Any = None
     ) -> list[EnqueueOutcome]:
         """Apply every request (all or nothing) and say what each one did."""
+        ...
+
+    def enqueue_batch(self, batch: RequestBatch) -> list[EnqueueOutcome]:
+        """:meth:`enqueue` of ``batch.all()`` outside any caller's transaction. A backend
+        may write rows while later requests are still being made (``batch.chunks``): if
+        making one raises, nothing is written and the error is raised."""
         ...
 
     def get_job(self, job_id: UUID) -> JobRecord | None:

@@ -5,7 +5,7 @@ the server plans nothing per batch and parses no document, and in binary format 
 no text either, except each JSON value (jsonb's wire format is its text). The backend
 runs it in one transaction: :func:`copy_clock_sql` (the server clock reading the rows
 derive from, and the wake-up of each queue, delivered at commit), the COPY of
-:func:`copy_chunks`, COMMIT. What the one-statement insert computes in SQL from
+:class:`CopyEncoder`, COMMIT. What the one-statement insert computes in SQL from
 ``clock_timestamp()`` is computed here from that reading with the same integer arithmetic
 (``make_interval`` rounds seconds to the nearest microsecond, half to even, as ``round``
 does), so :func:`copied_records` equal a re-read of the rows.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -28,10 +28,12 @@ from taskq.records import EnqueueRequest, InsertedRecord, RecordSource
 
 __all__ = [
     "COPY_COLUMNS",
+    "COPY_HEADER",
     "COPY_ROWS_PER_WRITE",
+    "COPY_TRAILER",
+    "CopyEncoder",
     "UnencodableRow",
     "copied_records",
-    "copy_chunks",
     "copy_clock_sql",
     "copy_rows_sql",
 ]
@@ -64,8 +66,10 @@ the one-statement insert of a plain request (no idempotency key, not a singleton
 
 _PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
-_COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
-_COPY_TRAILER = struct.pack(">h", -1)
+COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
+"""What binary COPY data starts with (signature, flags, header extension length)."""
+COPY_TRAILER = struct.pack(">h", -1)
+"""What binary COPY data ends with."""
 _NULL = struct.pack(">i", -1)
 _ROW_START = struct.pack(">hi", len(COPY_COLUMNS), 16)  # field count; the id's length
 _INT4 = struct.Struct(">i").pack
@@ -214,28 +218,35 @@ def _extras(req: EnqueueRequest) -> bytes:
     )
 
 
-def copy_chunks(
-    requests: Sequence[EnqueueRequest], now: datetime, *, rows: int = COPY_ROWS_PER_WRITE
-) -> Iterator[bytes]:
-    """The binary COPY data of ``requests`` for :func:`copy_rows_sql`, ``rows`` jobs a buffer.
+class CopyEncoder:
+    """The binary COPY data of rows for :func:`copy_rows_sql`, all made at one clock
+    reading: send :data:`COPY_HEADER`, then :meth:`encode` of each chunk of requests, then
+    :data:`COPY_TRAILER`.
 
     ``now`` is the server's clock reading from :func:`copy_clock_sql`: ``created_at`` and
-    ``updated_at`` of every row, and the base of each delay and deadline. The requests are
-    plain (checked by the caller); JSON values are serialised by pydantic-core as in
-    :func:`taskq.db.queries.jobs.rows_document`, so the stored documents are the same.
-    Binary fields are length-prefixed: no value is escaped, and none is interpolated into
-    SQL. ``UnencodableRow`` when a timestamp is out of Python's range (possibly after some
-    buffers were yielded: the caller aborts the COPY).
+    ``updated_at`` of every row, and the base of each delay and deadline. JSON values are
+    serialised by pydantic-core as in :func:`taskq.db.queries.jobs.rows_document`, so the
+    stored documents are the same. Binary fields are length-prefixed: no value is
+    escaped, and none is interpolated into SQL.
     """
-    now_us = _micros(now)
-    created = _INT8_FIELD(8, now_us)
-    runs_now = _PENDING + created + _NULL + _NULL
-    no_extras = _NULL + _json_field([]) + _json_field({}) + _NULL + _NULL
-    shapes: dict[tuple[Any, ...], bytes] = {}
-    for start in range(0, len(requests), rows):
-        out: list[bytes] = [_COPY_HEADER] if start == 0 else []
+
+    __slots__ = ("_created", "_no_extras", "_now_us", "_runs_now", "_shapes")
+
+    def __init__(self, now: datetime) -> None:
+        self._now_us = _micros(now)
+        self._created = _INT8_FIELD(8, self._now_us)
+        self._runs_now = _PENDING + self._created + _NULL + _NULL
+        self._no_extras = _NULL + _json_field([]) + _json_field({}) + _NULL + _NULL
+        self._shapes: dict[tuple[Any, ...], bytes] = {}
+
+    def encode(self, requests: Sequence[EnqueueRequest]) -> bytes:
+        """The rows of ``requests`` (plain: checked by the caller), in order.
+        ``UnencodableRow`` when a timestamp is out of Python's range (the caller aborts
+        the COPY)."""
+        shapes, created, now_us = self._shapes, self._created, self._now_us
+        out: list[bytes] = []
         put = out.append
-        for req in requests[start : start + rows]:
+        for req in requests:
             raw = to_json(req.payload)
             put(_ROW_START)
             put(req.job_id.bytes)
@@ -247,7 +258,7 @@ def copy_chunks(
                 shape = shapes[key] = _shape(req, created)
             put(shape)
             if req.status == "pending" and req.schedule_to_close_s is None:
-                put(runs_now)
+                put(self._runs_now)
             else:
                 put(_timing(req, now_us))
             if (
@@ -257,22 +268,20 @@ def copy_chunks(
                 and req.trace_context is None
                 and req.parent_job_id is None
             ):
-                put(no_extras)
+                put(self._no_extras)
             else:
                 put(_extras(req))
-        if start + rows >= len(requests):
-            put(_COPY_TRAILER)
-        yield b"".join(out)
+        return b"".join(out)
 
 
 def copied_records(requests: Sequence[EnqueueRequest], now: datetime) -> list[RecordSource]:
-    """Job records, in request order, of the rows :func:`copy_chunks` wrote at ``now``.
+    """Job records, in request order, of the rows :class:`CopyEncoder` wrote at ``now``.
 
     Each equals a re-read of its row: the timestamps are the ones written, at the
     microsecond, in UTC (as the store returns them); the rest is the request and the table's
     defaults. Deferred, as :func:`taskq.db.queries.jobs.inserted_records`'s are.
     ``UnencodableRow`` when a timestamp is out of Python's range, exactly as
-    :func:`copy_chunks`.
+    :class:`CopyEncoder`.
     """
     now = now.astimezone(UTC)
     now_us = _micros(now)
