@@ -71,17 +71,18 @@ class RequestBatch:
         """The requests made so far, in order."""
         return self._made
 
-    def chunks(self, rows: int) -> Iterator[list[EnqueueRequest]]:
-        """Every request, ``rows`` at a time: first those already made, then the rest,
-        each chunk made when it is asked for. Whatever making a chunk raises is raised
-        here, and the requests before it stay made."""
-        for start in range(0, len(self._made), rows):
-            yield self._made[start : start + rows]
-        while len(self._made) < self.size:
-            start = len(self._made)
-            chunk = self._make(start, min(start + rows, self.size))
-            self._made += chunk
-            yield chunk
+    def chunks(self, rows: int, *, first: int | None = None) -> Iterator[list[EnqueueRequest]]:
+        """Every request, ``rows`` at a time (the first chunk ``first`` at most): first
+        those already made, then the rest, each chunk made when it is asked for. Whatever
+        making a chunk raises is raised here, and the requests before it stay made."""
+        size = first or rows
+        start = 0
+        while start < self.size:
+            stop = min(start + size, self.size)
+            if stop > len(self._made):
+                self._made += self._make(len(self._made), stop)
+            yield self._made[start:stop]
+            start, size = stop, rows
 
     def all(self) -> list[EnqueueRequest]:
         """Every request, making those not made yet (in one go)."""

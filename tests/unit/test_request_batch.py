@@ -59,6 +59,9 @@ def test_pairs_of_plain_actors_are_known_before_anything_is_made() -> None:
     assert calls == [(0, 4)]  # one chunk at a time, when asked for
     rest = list(chunks)
     assert calls == [(0, 4), (4, 8), (8, 10)]
+    again = [len(chunk) for chunk in batch.chunks(4, first=1)]
+    assert again == [1, 4, 4, 1]
+    assert calls == [(0, 4), (4, 8), (8, 10)]  # made once
     requests = first + [req for chunk in rest for req in chunk]
     assert requests == batch.all() == batch.made
     assert [req.payload for req in requests] == [{"n": 1}, {"n": 2}] * 5
@@ -124,5 +127,6 @@ def test_a_batch_of_made_requests() -> None:
     assert batch.size == 2
     assert batch.queues == ("batch_q", "batch_z")
     assert [req for chunk in batch.chunks(1) for req in chunk] == requests == batch.all()
+    assert [len(chunk) for chunk in batch.chunks(5, first=1)] == [1, 1]
     assert (template.payload, template.queue, template.priority) == ({}, "batch_q", 4)
     assert not RequestBatch.of([build_request(batch_plain, {"n": 1}, idempotency_key="k")]).plain

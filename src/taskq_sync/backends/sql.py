@@ -507,15 +507,16 @@ def _write_rows(copy: Any, batch: RequestBatch, now: datetime) -> list[EnqueueOu
     """Send the binary COPY data of ``batch``'s rows, made at the clock reading ``now``,
     to ``copy`` (a psycopg ``Copy``) and return what each request did (each row inserted).
 
-    A chunk of :data:`~taskq.db.queries.copy_rows.COPY_ROWS_PER_WRITE` rows at a time: the
-    server inserts one while the next is made (``batch.chunks``), encoded and its outcomes
-    built, so the client's work hides behind the server's. Anything raised (a bad item,
-    ``UnencodableRow``) leaves the ``with`` block of ``copy``, which aborts the COPY.
+    A chunk of :data:`~taskq.db.queries.copy_rows.COPY_ROWS_PER_WRITE` rows at a time (a
+    smaller first one): the server inserts one while the next is made (``batch.chunks``),
+    encoded and its outcomes built, so the client's work hides behind the server's.
+    Anything raised (a bad item, ``UnencodableRow``) leaves the ``with`` block of ``copy``,
+    which aborts the COPY.
     """
     encoder = cq.CopyEncoder(now)
     outcomes: list[EnqueueOutcome] = []
     copy.write(cq.COPY_HEADER)
-    for chunk in batch.chunks(cq.COPY_ROWS_PER_WRITE):
+    for chunk in batch.chunks(cq.COPY_ROWS_PER_WRITE, first=cq.COPY_FIRST_ROWS):
         copy.write(encoder.encode(chunk))
         sources = cq.copied_records(chunk, now)
         outcomes += [

@@ -28,6 +28,7 @@ from taskq.records import EnqueueRequest, InsertedRecord, RecordSource
 
 __all__ = [
     "COPY_COLUMNS",
+    "COPY_FIRST_ROWS",
     "COPY_HEADER",
     "COPY_ROWS_PER_WRITE",
     "COPY_TRAILER",
@@ -85,6 +86,9 @@ _CLOCK_SQL_CACHE: dict[tuple[str, str], str] = {}
 COPY_ROWS_PER_WRITE = 250
 """Rows per buffer handed to the driver: the server takes in one while the next is built
 (measured: 100 to 500 rows are alike, a whole 1,000-row batch at once is slower)."""
+COPY_FIRST_ROWS = 50
+"""Rows of the first buffer: smaller, so the server starts inserting sooner (it inserts
+more slowly than the client makes rows, so it sets the pace from then on)."""
 
 
 class UnencodableRow(ValueError):
