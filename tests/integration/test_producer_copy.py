@@ -32,7 +32,7 @@ from taskq.db.queries.dispatch import notify_channel
 from taskq.exceptions import MaxPendingExceededError
 from taskq.records import EnqueueArgs, EnqueueRequest, JobRecord
 from taskq.settings import TaskQSettings
-from tests.support.pg import count_jobs, kill_other_backends, libpq
+from tests.support.pg import count_jobs, kill_other_backends, libpq, listen, notes_until
 
 pytestmark = pytest.mark.integration
 
@@ -612,30 +612,10 @@ def _chunk_calls() -> Iterator[list[int]]:
         yield calls
 
 
-async def _listen(url: URL, settings: TaskQSettings) -> psycopg.AsyncConnection[Any]:
-    listener = await psycopg.AsyncConnection.connect(libpq(url), autocommit=True)
-    channel = notify_channel(settings.schema_name)
-    await listener.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
-    return listener
-
-
-async def _notes(listener: psycopg.AsyncConnection[Any], until: str) -> list[str]:
-    seen: list[str] = []
-
-    async def collect() -> None:
-        async for note in listener.notifies():
-            seen.append(note.payload)
-            if note.payload == until:
-                return
-
-    await asyncio.wait_for(collect(), timeout=5)
-    return seen
-
-
 async def test_copy_in_the_callers_transaction_commits_and_rolls_back_with_it(
     pg_url: URL, settings: TaskQSettings
 ) -> None:
-    listener = await _listen(pg_url, settings)
+    listener = await listen(pg_url, settings.schema_name)
     async with TaskQ(pg_url, settings=settings) as tq:
         items = [EnqueueArgs(copy_plain, {"n": i}, {"queue": "copy_tx"}) for i in range(N)]
         day = timedelta(days=1)
@@ -658,7 +638,7 @@ async def test_copy_in_the_callers_transaction_commits_and_rolls_back_with_it(
         for handle in handles:
             assert handle.record == await handle.refresh()
         await tq.jobs.enqueue(copy_plain, Doc(n=0), queue="copy_end")
-    assert await _notes(listener, until="copy_end") == ["copy_tx", "copy_end"]
+    assert await notes_until(listener, until="copy_end") == ["copy_tx", "copy_end"]
     await listener.close()
 
 

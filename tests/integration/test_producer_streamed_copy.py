@@ -9,7 +9,6 @@ capped actors) take the paths they took before; on the async and the sync client
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -23,11 +22,10 @@ from taskq import TaskQ, actor
 from taskq.backends.sql import COPY_MIN_ROWS
 from taskq.client import _Items
 from taskq.db.queries import copy_rows as copy_queries
-from taskq.db.queries.dispatch import notify_channel
 from taskq.exceptions import PayloadValidationError
 from taskq.records import EnqueueArgs
 from taskq.settings import TaskQSettings
-from tests.support.pg import count_jobs, libpq
+from tests.support.pg import count_jobs, libpq, listen, notes_until
 
 pytestmark = pytest.mark.integration
 
@@ -96,26 +94,6 @@ def _items(bad: dict[int, object] | None = None) -> list[Any]:
     return items
 
 
-async def _listener(url: URL, settings: TaskQSettings) -> psycopg.AsyncConnection[Any]:
-    conn = await psycopg.AsyncConnection.connect(libpq(url), autocommit=True)
-    channel = psycopg.sql.Identifier(notify_channel(settings.schema_name))
-    await conn.execute(psycopg.sql.SQL("LISTEN {}").format(channel))
-    return conn
-
-
-async def _notes_until(listener: psycopg.AsyncConnection[Any], until: str) -> list[str]:
-    seen: list[str] = []
-
-    async def collect() -> None:
-        async for note in listener.notifies():
-            seen.append(note.payload)
-            if note.payload == until:
-                return
-
-    await asyncio.wait_for(collect(), timeout=5)
-    return seen
-
-
 def _stored(url: URL) -> list[tuple[Any, ...]]:
     with psycopg.connect(libpq(url), autocommit=True) as conn:
         return conn.execute(
@@ -148,7 +126,7 @@ async def test_each_chunk_is_made_after_the_one_before_was_sent(
 async def test_a_bad_item_after_rows_were_sent_writes_nothing_and_wakes_nobody(
     pg_url: URL, settings: TaskQSettings, bad_at: int
 ) -> None:
-    listener = await _listener(pg_url, settings)
+    listener = await listen(pg_url, settings.schema_name)
     async with TaskQ(pg_url, settings=settings) as tq:
         with _events() as events, pytest.raises(PayloadValidationError) as caught:
             await tq.jobs.enqueue_many(_items({bad_at: {"n": "first"}, bad_at - 1: Item(n=0)}))
@@ -159,7 +137,7 @@ async def test_a_bad_item_after_rows_were_sent_writes_nothing_and_wakes_nobody(
         # the held connection is not left in the aborted COPY
         handles = await tq.jobs.enqueue_many([(stream_a, Item(n=i)) for i in range(SIZE)])
         assert handles[-1].record == await handles[-1].refresh()
-    seen = await _notes_until(listener, "stream_q")
+    seen = await notes_until(listener, "stream_q")
     await listener.close()
     assert seen == ["stream_q"]  # the failed batch's wake-ups were rolled back with it
     assert count_jobs(pg_url, "stream_a") == SIZE

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import psycopg
 from sqlalchemy.engine import URL
+
+from taskq.db.queries.dispatch import notify_channel
 
 
 def libpq(url: URL) -> str:
@@ -28,3 +33,25 @@ def kill_other_backends(url: URL) -> int:
             "WHERE datname = current_database() AND pid <> pg_backend_pid()"
         ).fetchall()
     return len(rows)
+
+
+async def listen(url: URL, schema: str) -> psycopg.AsyncConnection[Any]:
+    """A connection of its own LISTENing on the wake-up channel of ``schema``."""
+    listener = await psycopg.AsyncConnection.connect(libpq(url), autocommit=True)
+    channel = psycopg.sql.Identifier(notify_channel(schema))
+    await listener.execute(psycopg.sql.SQL("LISTEN {}").format(channel))
+    return listener
+
+
+async def notes_until(listener: psycopg.AsyncConnection[Any], until: str) -> list[str]:
+    """The payloads ``listener`` receives, in order, up to and including ``until`` (5 s)."""
+    seen: list[str] = []
+
+    async def collect() -> None:
+        async for note in listener.notifies():
+            seen.append(note.payload)
+            if note.payload == until:
+                return
+
+    await asyncio.wait_for(collect(), timeout=5)
+    return seen
