@@ -104,6 +104,10 @@ def test_chunks_carry_every_row_once_with_one_header_and_one_trailer() -> None:
     assert payload == b"\x01" + '{"s":"é\\\\\\t"}'.encode()  # jsonb version 1, JSON as is
 
 
+def test_encodable_timestamps_pass_the_check() -> None:
+    q.check_encodable([_request(), _request(delay_s=1e9, schedule_to_close_s=2.5)], NOW)
+
+
 def test_timestamps_are_the_reading_plus_rounded_intervals() -> None:
     requests = [
         _request(),
@@ -141,5 +145,7 @@ def test_a_timestamp_python_cannot_hold_is_unencodable(options: dict[str, float]
     requests = [_request(), _request(**options)]
     with pytest.raises(q.UnencodableRow):
         q.copied_records(requests, NOW)
+    with pytest.raises(q.UnencodableRow):
+        q.check_encodable(requests, NOW)
     with pytest.raises(q.UnencodableRow):
         _copy_data(requests, NOW)

@@ -351,7 +351,7 @@ class SqlBackend:
         clock = await conn.exec_driver_sql(cq.copy_clock_sql(conn.dialect), params)
         now = clock.one()[0]
         try:
-            cq.copied_records(requests, now)  # is every timestamp encodable?
+            cq.check_encodable(requests, now)
         except cq.UnencodableRow:
             return None  # the notifications queued are repeated, and folded, by the statement
         try:

@@ -328,7 +328,7 @@ class SqlBackend:
         clock = conn.exec_driver_sql(cq.copy_clock_sql(conn.dialect), params)
         now = clock.one()[0]
         try:
-            cq.copied_records(requests, now)
+            cq.check_encodable(requests, now)
         except cq.UnencodableRow:
             return None
         try:

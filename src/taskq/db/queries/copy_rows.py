@@ -34,6 +34,7 @@ __all__ = [
     "COPY_TRAILER",
     "CopyEncoder",
     "UnencodableRow",
+    "check_encodable",
     "copied_records",
     "copy_clock_sql",
     "copy_rows_sql",
@@ -276,6 +277,16 @@ class CopyEncoder:
             else:
                 put(_extras(req))
         return b"".join(out)
+
+
+def check_encodable(requests: Sequence[EnqueueRequest], now: datetime) -> None:
+    """``UnencodableRow`` if a timestamp of ``requests`` at the reading ``now`` is out of
+    Python's range, as :meth:`CopyEncoder.encode` would raise mid-COPY: for a caller's
+    transaction, which an aborted COPY would abort, before any row is sent."""
+    now_us = _micros(now)
+    for req in requests:
+        if req.status != "pending" or req.schedule_to_close_s is not None:
+            _when(req, now_us)
 
 
 def copied_records(requests: Sequence[EnqueueRequest], now: datetime) -> list[RecordSource]:
