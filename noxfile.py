@@ -12,7 +12,8 @@ Sessions (``nox -l`` lists them):
   The postgres session also runs the engine-neutral tests, so the two together run
   every test exactly once. Extra arguments go to pytest: ``nox -s tests -- -x -k retry``.
 - ``lint``: ``ruff check`` and ``ruff format --check`` over src tests tools alembic.
-- ``typecheck``: ``mypy`` (strict; packages and options from pyproject.toml).
+- ``typecheck``: ``mypy`` (strict, over src, tests, tools, benchmarks and alembic; files and
+  options from pyproject.toml).
 - ``sync``: ``python tools/generate_sync.py --check``: fails when taskq_sync is stale.
 - ``docs``: executes every ```python block in README.md and docs/*.md
   (tools/run_doc_blocks.py) against the machine's PostgreSQL 15 and Redis 7.
@@ -87,7 +88,8 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
-    """mypy --strict over taskq and the generated taskq_sync (config in pyproject.toml)."""
+    """mypy --strict over taskq, the generated taskq_sync, the tests, tools and benchmarks
+    (config in pyproject.toml)."""
     install_project(session)
     session.run("mypy", *session.posargs)
 

@@ -28,8 +28,8 @@ BATCH = 1000
 
 
 async def _pgqueuer(dsn: str, n: int, batches: int) -> dict[str, float]:
-    import asyncpg  # type: ignore[import-not-found]
-    from pgqueuer.queries import Queries  # type: ignore[import-not-found]
+    import asyncpg
+    from pgqueuer.queries import Queries
 
     conn = await asyncpg.connect(dsn)
     try:
@@ -53,7 +53,7 @@ async def _pgqueuer(dsn: str, n: int, batches: int) -> dict[str, float]:
 
 
 async def _procrastinate(dsn: str, n: int, batches: int) -> dict[str, float]:
-    import procrastinate  # type: ignore[import-not-found]
+    import procrastinate
 
     app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn))
 

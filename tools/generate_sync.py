@@ -25,6 +25,7 @@ import subprocess
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src" / "taskq"
@@ -117,16 +118,16 @@ class AsyncToSync(ast.NodeTransformer):
 
     def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> ast.AST:
         self.generic_visit(node)
-        new = ast.FunctionDef(
-            name=RENAMES.get(node.name, node.name),
-            args=node.args,
-            body=node.body,
-            decorator_list=node.decorator_list,
-            returns=node.returns,
-            type_comment=node.type_comment,
-            type_params=getattr(node, "type_params", []),
-        )
-        return ast.copy_location(new, node)
+        fields: dict[str, Any] = {
+            "name": RENAMES.get(node.name, node.name),
+            "args": node.args,
+            "body": node.body,
+            "decorator_list": node.decorator_list,
+            "returns": node.returns,
+            "type_comment": node.type_comment,
+            "type_params": getattr(node, "type_params", []),  # Python 3.12+
+        }
+        return ast.copy_location(ast.FunctionDef(**fields), node)
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
         self.generic_visit(node)
@@ -139,7 +140,8 @@ class AsyncToSync(ast.NodeTransformer):
         return node
 
     def visit_Await(self, node: ast.Await) -> ast.AST:
-        return self.visit(node.value)
+        value: ast.AST = self.visit(node.value)
+        return value
 
     def visit_AsyncWith(self, node: ast.AsyncWith) -> ast.AST:
         self.generic_visit(node)

@@ -59,7 +59,9 @@ def _watch(dsn: str, remaining_sql: str, total: int, timeout: float = 120) -> fl
     deadline = time.monotonic() + timeout
     with psycopg.connect(dsn, autocommit=True) as conn:
         while time.monotonic() < deadline:
-            left = conn.execute(remaining_sql).fetchone()[0]
+            row = conn.execute(remaining_sql).fetchone()
+            assert row is not None
+            left = row[0]
             now = time.perf_counter()
             if start is None and left < total:
                 start = now

@@ -104,7 +104,7 @@ async def test_kill_9_reclaims_running_jobs_and_fences_the_dead_worker(
 ) -> None:
     url = engine_url
     engine = make_engine(url, settings=settings)
-    lease = {"lock_lease": 2, "heartbeat_interval": 0.3, "max_concurrency": 20}
+    lease: dict[str, Any] = {"lock_lease": 2, "heartbeat_interval": 0.3, "max_concurrency": 20}
     try:
         client = JobsClient(SqlBackend(engine, settings=settings), settings=settings)
         victim = spawn_worker(url, log_path=tmp_path / "victim.log", **lease)
@@ -247,7 +247,7 @@ async def test_sigterm_during_long_async_and_sync_jobs(
 ) -> None:
     url = engine_url
     engine = make_engine(url, settings=settings)
-    graces = {
+    graces: dict[str, Any] = {
         "cancellation_grace_period": 1,
         "cleanup_grace_period": 1,
         "termination_grace_period": 8,
@@ -315,7 +315,7 @@ async def test_second_signal_escalates_and_a_live_thread_keeps_its_row_held(
 ) -> None:
     """A sync actor that never polls outlives the teardown: its row stays held, not pending."""
     engine = make_engine(pg_url, settings=settings)
-    graces = {
+    graces: dict[str, Any] = {
         "cancellation_grace_period": 30,
         "cleanup_grace_period": 30,
         "termination_grace_period": 3,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -23,16 +24,17 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.fixture
-def producer_url(request: pytest.FixtureRequest, store: str) -> object:
+def producer_url(request: pytest.FixtureRequest, store: str) -> str | None:
     """The migrated database URL for ``store`` (resolved outside the event loop)."""
     if store == "memory":
         return None
-    return request.getfixturevalue("pg_url" if store == "postgres" else "sqlite_url")
+    url: str = request.getfixturevalue("pg_url" if store == "postgres" else "sqlite_url")
+    return url
 
 
 @pytest.fixture
 async def producer_env(
-    producer_url: object, store: str, mode: str, settings: TaskQSettings
+    producer_url: str | None, store: str, mode: str, settings: TaskQSettings
 ) -> AsyncIterator[Env]:
     if store == "memory":
         backend = InMemoryBackend(clock=FakeClock(datetime(2025, 1, 1, tzinfo=UTC)))
@@ -42,7 +44,7 @@ async def producer_env(
     engine = make_engine(url, settings=settings)
     async_tq = TaskQ(engine=engine, settings=settings)
     sync_tq = None
-    client = async_tq.jobs
+    client: Any = async_tq.jobs  # the async or the sync facade's JobsClient, by mode
     if mode == "sync":
         from taskq_sync import TaskQ as SyncTaskQ
 

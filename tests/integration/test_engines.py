@@ -71,6 +71,7 @@ async def test_sqlite_concurrent_writers_serialise_without_errors(
             value = await conn.scalar(
                 select(tables.queues.c.max_concurrent).where(tables.queues.c.name == "counter")
             )
+            assert value is not None
             await conn.execute(
                 tables.queues.update()
                 .where(tables.queues.c.name == "counter")

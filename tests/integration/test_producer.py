@@ -309,7 +309,7 @@ async def test_idempotency_key_returns_the_existing_job(producer_env: Env) -> No
 
 async def test_enqueue_many(producer_env: Env) -> None:
     env = producer_env
-    items = [(plain, Item(n=i)) for i in range(50)]
+    items: list[Any] = [(plain, Item(n=i)) for i in range(50)]
     items.append(EnqueueArgs(unique, Item(n=0), {"identity_key": "u"}))
     items.append(EnqueueArgs(unique, Item(n=1), {"identity_key": "u"}))
     handles = await env.call(env.client.enqueue_many, items)

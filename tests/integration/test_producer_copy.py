@@ -179,7 +179,9 @@ async def test_client_enqueue_many_takes_the_copy_path(
     pg_url: URL, settings: TaskQSettings
 ) -> None:
     async with TaskQ(pg_url, settings=settings) as tq:
-        items = [(copy_plain, Doc(n=i, text=AWKWARD[i % len(AWKWARD)])) for i in range(N - 2)]
+        items: list[Any] = [
+            (copy_plain, Doc(n=i, text=AWKWARD[i % len(AWKWARD)])) for i in range(N - 2)
+        ]
         items += [
             EnqueueArgs(copy_plain, {"n": -1}, {"delay": timedelta(seconds=1.5)}),
             EnqueueArgs(

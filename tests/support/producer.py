@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 from uuid import UUID
 
@@ -18,6 +18,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from taskq.db.tables import jobs
+from taskq.exceptions import PayloadValidationError
 from taskq.testing.in_memory import InMemoryBackend
 
 STORES_AND_MODES = [
@@ -141,3 +142,9 @@ def enqueue_in_process(url: str, barrier: Any, count: int) -> list[tuple[str, bo
                 )
             )
     return [(str(h.job_id), h.was_existing) for h in handles]
+
+
+def first_error(exc: PayloadValidationError) -> Mapping[str, Any]:
+    """The first of pydantic's errors that ``exc`` carries (not a plain message)."""
+    assert not isinstance(exc.errors, str), exc.errors
+    return exc.errors[0]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy.dialects.postgresql import psycopg
@@ -16,17 +17,17 @@ from taskq.records import EnqueueRequest
 NOW = datetime(2026, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
 
 
-def _request(**options: object) -> EnqueueRequest:
+def _request(**options: Any) -> EnqueueRequest:
     return EnqueueRequest(
         job_id=new_job_id(), actor="a", queue="q", payload={"s": "é\\\t"}, **options
-    )  # type: ignore[arg-type]
+    )
 
 
 def _rows(data: bytes) -> list[list[bytes | None]]:
     """Parse binary COPY data back into fields (what the server does with it)."""
     assert data.startswith(b"PGCOPY\n\xff\r\n\x00\x00\x00\x00\x00\x00\x00\x00\x00")
     at = 19
-    rows = []
+    rows: list[list[bytes | None]] = []
     while True:
         (count,) = struct.unpack_from(">h", data, at)
         at += 2

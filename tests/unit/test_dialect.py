@@ -16,6 +16,9 @@ from taskq.db.types import UTCDateTime
 from taskq.exceptions import SchemaNotReady
 from taskq.settings import TaskQSettings
 
+_PG = postgresql.dialect()
+_LITE = sqlite.dialect()
+
 
 @pytest.mark.parametrize(
     ("given", "async_", "sync"),
@@ -48,8 +51,8 @@ def test_schema_translation_only_on_postgres() -> None:
 
 
 def test_store_clock_expression() -> None:
-    pg = select(dialect.now("postgresql")).compile(dialect=postgresql.dialect())
-    lite = select(dialect.now("sqlite")).compile(dialect=sqlite.dialect())
+    pg = select(dialect.now("postgresql")).compile(dialect=_PG)
+    lite = select(dialect.now("sqlite")).compile(dialect=_LITE)
     assert "clock_timestamp()" in str(pg)
     assert "strftime" in str(lite)
 
@@ -57,7 +60,7 @@ def test_store_clock_expression() -> None:
 def test_advisory_lock_binds_the_key() -> None:
     stmt = dialect.advisory_xact_lock("postgresql", "actor:key")
     assert stmt is not None
-    compiled = stmt.compile(dialect=postgresql.dialect())
+    compiled = stmt.compile(dialect=_PG)
     assert "pg_advisory_xact_lock(hashtextextended(" in str(compiled)
     assert "actor:key" in compiled.params.values()
     assert dialect.advisory_xact_lock("sqlite", "actor:key") is None
@@ -86,7 +89,7 @@ def test_missing_table_becomes_schema_not_ready() -> None:
 
 def test_utc_datetime_type() -> None:
     col = UTCDateTime()
-    lite, pg = sqlite.dialect(), postgresql.dialect()
+    lite, pg = _LITE, _PG
     when = datetime(2030, 1, 1, 12, tzinfo=timezone(timedelta(hours=2)))
     assert col.process_bind_param(when, lite) == datetime(2030, 1, 1, 10)
     assert col.process_bind_param(when, pg) == datetime(2030, 1, 1, 10, tzinfo=UTC)
@@ -123,7 +126,9 @@ def test_sqlite_file_connections_are_pooled_and_set_up_once(tmp_path: Any) -> No
             with engine.begin() as conn:
                 assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
                 assert conn.execute(text("PRAGMA busy_timeout")).scalar() == 30_000
-                assert conn.connection.dbapi_connection.in_transaction  # BEGIN IMMEDIATE
+                dbapi = conn.connection.dbapi_connection
+                assert dbapi is not None
+                assert dbapi.in_transaction  # BEGIN IMMEDIATE
         assert len(connects) == 1
     finally:
         engine.dispose()

@@ -237,7 +237,8 @@ async def test_full_worked_example(backend: InMemoryBackend) -> None:
             payload,
             jobs=_SubJobs(client),
         )
-        return await process_order(payload, full, gateway=gateway)
+        result: OrderResult = await process_order(payload, full, gateway=gateway)
+        return result
 
     backend.register_stub(process_order, run_process_order)
 

@@ -59,12 +59,11 @@ async def test_wait_phase_returns_on_escalation() -> None:
 
 def test_job_cancel_wins_over_shutdown() -> None:
     job = _job()
-    job.request_cancel("shutdown")
-    assert job.cancel_reason == "shutdown"
-    job.request_cancel("job")
-    assert job.cancel_reason == "job"
-    job.request_cancel("shutdown")
-    assert job.cancel_reason == "job"
+    seen = []
+    for reason in ("shutdown", "job", "shutdown"):
+        job.request_cancel(reason)
+        seen.append(job.cancel_reason)
+    assert seen == ["shutdown", "job", "job"]
     assert job.abort_flag.is_set()
     assert job.cancel_event.is_set()
 

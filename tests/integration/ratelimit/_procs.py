@@ -6,6 +6,7 @@ import asyncio
 import os
 import uuid
 from multiprocessing.synchronize import Barrier
+from typing import Literal
 
 import redis.asyncio as aredis
 
@@ -31,7 +32,7 @@ def _wait_for_peers() -> int:
 
 async def _bucket(store: str, url: str, name: str, acquirers: int) -> int:
     settings = TaskQSettings.load(database_url=None, redis_url=None)
-    backend = "redis" if store == "redis" else "postgres"
+    backend: Literal["redis", "postgres"] = "redis" if store == "redis" else "postgres"
     tb = TokenBucket(name, capacity=10, refill_per_second=0, backend=backend)
     if store == "redis":
         client = aredis.Redis.from_url(url)

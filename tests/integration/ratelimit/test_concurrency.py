@@ -89,7 +89,8 @@ async def test_fifty_tasks_never_hold_more_than_three_slots(
 
     async def one() -> int | None:
         try:
-            return await grab.acquire(None, uuid.uuid4(), env.pool)
+            slot: int = await grab.acquire(None, uuid.uuid4(), env.pool)
+            return slot
         except ReservationUnavailable:
             return None
 

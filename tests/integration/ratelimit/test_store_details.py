@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -32,7 +33,7 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-async def aredis_client(redis_url: str) -> aredis.Redis:
+async def aredis_client(redis_url: str) -> AsyncIterator[aredis.Redis]:
     client = aredis.Redis.from_url(redis_url)
     yield client
     await client.aclose()
@@ -41,7 +42,7 @@ async def aredis_client(redis_url: str) -> aredis.Redis:
 async def test_redis_keys_are_hash_tagged_and_always_expire(
     aredis_client: aredis.Redis, unique_name: str, settings: TaskQSettings
 ) -> None:
-    kw = {"redis_client": aredis_client, "settings": settings}
+    kw: dict[str, Any] = {"redis_client": aredis_client, "settings": settings}
     tb = TokenBucket(unique_name, capacity=100, refill_per_second=10)
     fixed = TokenBucket(unique_name + "_q", capacity=1, refill_per_second=0)
     log = SlidingWindow(unique_name, limit=5, window=timedelta(minutes=1))
@@ -192,7 +193,7 @@ async def test_cancelled_redis_acquires_leave_no_reply_behind(
 ) -> None:
     """A task cancelled while its EVALSHA is in flight must not leave the reply unread on a
     pooled connection (the next command on it would read the stale reply as its own)."""
-    kw = {"redis_client": aredis_client, "settings": settings}
+    kw: dict[str, Any] = {"redis_client": aredis_client, "settings": settings}
     tb = TokenBucket(unique_name, capacity=1000, refill_per_second=0)
     for delay in (0, 0, 0.0001, 0.0005, 0.001) * 4:
         task = asyncio.create_task(tb.acquire(**kw))
@@ -215,7 +216,7 @@ async def test_every_redis_client_shape_gets_the_same_decisions(
     """The direct path (plain client) and execute_command (other clients) agree."""
     client = aredis.Redis.from_url(redis_url, **options)
     try:
-        kw = {"redis_client": client, "settings": settings}
+        kw: dict[str, Any] = {"redis_client": client, "settings": settings}
         tb = TokenBucket(unique_name, capacity=3, refill_per_second=0)
         gcra = SlidingWindow(unique_name, limit=2, window=timedelta(minutes=1), style="gcra")
         log = SlidingWindow(unique_name, limit=2, window=timedelta(minutes=1))
@@ -313,7 +314,7 @@ async def test_a_pooled_redis_connection_killed_by_the_server_is_replaced(
     admin = sync_redis.Redis.from_url(redis_url)
     rl: Any = __import__("taskq.ratelimit", fromlist=["TokenBucket"]) if flavour == "async" else srl
     try:
-        kw = {"redis_client": client, "settings": settings}
+        kw: dict[str, Any] = {"redis_client": client, "settings": settings}
         tb = rl.TokenBucket(unique_name, capacity=5, refill_per_second=0)
         assert (await call(tb.acquire(**kw))).remaining == 4
         held = [c["id"] for c in admin.client_list() if c["name"] == name]

@@ -286,7 +286,7 @@ async def test_progress_is_published_to_redis(
 
             await wait_until(final_state_seen, timeout=20)
     finally:
-        await pubsub.aclose()
+        await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
         await redis.aclose()
     seqs = [m["seq"] for m in states]
     assert seqs == sorted(seqs)
