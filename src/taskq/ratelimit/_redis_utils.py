@@ -7,6 +7,9 @@ written straight to a redis-py connection and the reply read back: redis-py's
 per-command machinery (argument encoding and framing, the retry wrapper, event dispatch
 and its own metrics) costs more client CPU than the script costs the server.
 
+On the asyncio client the command is also written without redis-py's per-write
+``asyncio.wait_for`` (:func:`_send`), which costs a task and a turn of the event loop.
+
 The connection is *held*: taken from the client's pool once and kept idle, beside that
 pool, for the next acquire, instead of a pool checkout and checkin per acquire. A
 redis-py checkout is not free: besides the pool lock and its metrics, it probes the
@@ -32,11 +35,13 @@ error that survives goes to :func:`fallback_engine`.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import logging
 import os
 from typing import TYPE_CHECKING, Any
 
+from taskq._acompat import ASYNC
 from taskq.exceptions import RedisExtraMissing, RedisUnavailableError
 from taskq.ratelimit import _sql
 from taskq.ratelimit._common import require_engine
@@ -172,7 +177,7 @@ async def evalsha(
             setattr(pool, _HELD_ATTRIBUTE, held)
         conn = held.pop() if held else await pool.get_connection()
         try:
-            await conn.send_packed_command((command,))  # an iterable of chunks (sync and async)
+            await _send(conn, command)
             reply = await conn.read_response()
         except _REPLY_ERROR:
             await _checkin(pool, held, conn)
@@ -189,6 +194,30 @@ async def evalsha(
         return reply
     except NO_SCRIPT:
         return await reload_and_run(client, script, args)
+
+
+async def _send(conn: Any, command: bytes) -> None:
+    """Write one pre-encoded command on a redis-py connection.
+
+    Async, on an open connection with no health checks: straight to its stream. redis-py's
+    ``send_packed_command`` runs every write under ``asyncio.wait_for`` when the connection
+    has a ``socket_timeout`` (5 s by default since redis-py 8): a new task and one more
+    turn of the event loop per command, for a write of about 100 bytes that the transport
+    hands to the socket at once. No wait is needed: a connection carries one command at a
+    time, so what the socket cannot take yet stays in the transport's buffer (sent when
+    it can), and the reply's read, under ``socket_timeout``, bounds the whole round trip.
+    Anything else, and the blocking client: ``send_packed_command``.
+    """
+    if ASYNC:
+        writer = getattr(conn, "_writer", None)
+        if (
+            type(writer) is asyncio.StreamWriter
+            and not conn.health_check_interval
+            and not writer.transport.is_closing()
+        ):
+            writer.write(command)
+            return
+    await conn.send_packed_command((command,))  # an iterable of chunks (sync and async)
 
 
 def _holdable(pool: Any) -> _Held:

@@ -10,6 +10,9 @@ written straight to a redis-py connection and the reply read back: redis-py's
 per-command machinery (argument encoding and framing, the retry wrapper, event dispatch
 and its own metrics) costs more client CPU than the script costs the server.
 
+On the asyncio client the command is also written without redis-py's per-write
+``asyncio.wait_for`` (:func:`_send`), which costs a task and a turn of the event loop.
+
 The connection is *held*: taken from the client's pool once and kept idle, beside that
 pool, for the next acquire, instead of a pool checkout and checkin per acquire. A
 redis-py checkout is not free: besides the pool lock and its metrics, it probes the
@@ -161,7 +164,7 @@ def evalsha(
             setattr(pool, _HELD_ATTRIBUTE, held)
         conn = held.pop() if held else pool.get_connection()
         try:
-            conn.send_packed_command((command,))
+            _send(conn, command)
             reply = conn.read_response()
         except _REPLY_ERROR:
             _checkin(pool, held, conn)
@@ -178,6 +181,22 @@ def evalsha(
         return reply
     except NO_SCRIPT:
         return reload_and_run(client, script, args)
+
+
+def _send(conn: Any, command: bytes) -> None:
+    """Write one pre-encoded command on a redis-py connection.
+
+    Async, on an open connection with no health checks: straight to its stream. redis-py's
+    ``send_packed_command`` runs every write under ``asyncio.wait_for`` when the connection
+    has a ``socket_timeout`` (5 s by default since redis-py 8): a new task and one more
+    turn of the event loop per command, for a write of about 100 bytes that the transport
+    hands to the socket at once. No wait is needed: a connection carries one command at a
+    time, so what the socket cannot take yet stays in the transport's buffer (sent when
+    it can), and the reply's read, under ``socket_timeout``, bounds the whole round trip.
+    Anything else, and the blocking client: ``send_packed_command``.
+    """
+    pass
+    conn.send_packed_command((command,))
 
 
 def _holdable(pool: Any) -> _Held:
