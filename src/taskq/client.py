@@ -37,6 +37,7 @@ from taskq.records import (
 )
 from taskq.request_batch import RequestBatch
 from taskq.settings import TaskQSettings
+from taskq.telemetry import enqueue_span, record_enqueued
 
 __all__ = ["EnqueueArgs", "JobHandle", "JobsClient", "TaskQ"]
 
@@ -112,8 +113,10 @@ class JobsClient:
             "start_to_close": start_to_close,
             "schedule_to_close": schedule_to_close,
         }
-        request = self._request(ref, payload, options)
-        [outcome] = await self.backend.enqueue([request], connection=connection)
+        with enqueue_span((ref.name,), 1) as span:
+            request = self._request(ref, payload, options)
+            [outcome] = await self.backend.enqueue([request], connection=connection)
+            record_enqueued(span, (request,), (outcome,))
         return self._handle(ref, outcome)
 
     async def enqueue_many(
@@ -134,10 +137,12 @@ class JobsClient:
             return []
         made = _Items(items, self._default_stc)
         batch = made.batch()
-        if connection is None:
-            outcomes = await self.backend.enqueue_batch(batch)
-        else:
-            outcomes = await self.backend.enqueue(batch.all(), connection=connection)
+        with enqueue_span(batch.actors, batch.size) as span:
+            if connection is None:
+                outcomes = await self.backend.enqueue_batch(batch)
+            else:
+                outcomes = await self.backend.enqueue(batch.all(), connection=connection)
+            record_enqueued(span, batch.made, outcomes)
         return [self._handle(ref, out) for ref, out in zip(made.refs, outcomes, strict=True)]
 
     async def get(

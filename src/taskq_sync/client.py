@@ -34,6 +34,7 @@ from taskq.records import (
 )
 from taskq.request_batch import RequestBatch
 from taskq.settings import TaskQSettings
+from taskq.telemetry import enqueue_span, record_enqueued
 from taskq_sync.actor_config_ops import ActorsClient
 from taskq_sync.backends.base import Backend
 from taskq_sync.backends.held import held_connections_cap
@@ -114,8 +115,10 @@ class JobsClient:
             "start_to_close": start_to_close,
             "schedule_to_close": schedule_to_close,
         }
-        request = self._request(ref, payload, options)
-        [outcome] = self.backend.enqueue([request], connection=connection)
+        with enqueue_span((ref.name,), 1) as span:
+            request = self._request(ref, payload, options)
+            [outcome] = self.backend.enqueue([request], connection=connection)
+            record_enqueued(span, (request,), (outcome,))
         return self._handle(ref, outcome)
 
     def enqueue_many(
@@ -136,10 +139,12 @@ class JobsClient:
             return []
         made = _Items(items, self._default_stc)
         batch = made.batch()
-        if connection is None:
-            outcomes = self.backend.enqueue_batch(batch)
-        else:
-            outcomes = self.backend.enqueue(batch.all(), connection=connection)
+        with enqueue_span(batch.actors, batch.size) as span:
+            if connection is None:
+                outcomes = self.backend.enqueue_batch(batch)
+            else:
+                outcomes = self.backend.enqueue(batch.all(), connection=connection)
+            record_enqueued(span, batch.made, outcomes)
         return [self._handle(ref, out) for ref, out in zip(made.refs, outcomes, strict=True)]
 
     def get(self, job_id: UUID, *, result_adapter: TypeAdapter[R] | None = None) -> JobHandle[R]:

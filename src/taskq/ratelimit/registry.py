@@ -384,6 +384,7 @@ class RateLimitRegistry:
         self, ref: KeyedRateLimitRef[Any], name: str
     ) -> tuple[TokenBucket | SlidingWindow, bool]:
         candidate = TokenBucket(name, ref.capacity, ref.refill_per_second, backend=ref.backend)
+        candidate.metrics_name = ref.base_name  # one metric series per keyed ref, not per key
         now = self._clock.monotonic()
         with self._lock:
             existing = self._rate_limits.get(name)

@@ -29,6 +29,7 @@ from taskq.ratelimit._memory import MemoryGcra, MemoryLog
 from taskq.ratelimit.decision import RateLimitDecision, RateLimitState, SlidingWindowStyle
 from taskq.ratelimit.refs import validate_backend
 from taskq.settings import TaskQSettings
+from taskq.telemetry import record_decision
 from taskq.testing.clock import Clock
 
 if TYPE_CHECKING:
@@ -54,6 +55,8 @@ class SlidingWindow:
         ttl: timedelta | None = None,
     ) -> None:
         self.name = validate_name(name, kind="rate limit")
+        self.metrics_name = self.name
+        """The ``bucket`` its decisions are counted under."""
         if isinstance(limit, bool) or not isinstance(limit, int):
             raise TypeError(f"limit must be an int, got {type(limit).__name__}")
         if limit < 1:
@@ -141,8 +144,20 @@ class SlidingWindow:
 
         ``clock`` drives the memory backend only (``RuntimeError`` there without it).
         Redis: one ``EVALSHA`` with the arguments encoded at construction; the fallback
-        machinery runs only when Redis raised.
+        machinery runs only when Redis raised. Counted in ``taskq.ratelimit.decisions``
+        under :attr:`metrics_name` (:mod:`taskq.telemetry`).
         """
+        taken = await self._acquire(redis_client, pg_pool, clock, settings)
+        record_decision(self.metrics_name, taken)
+        return taken
+
+    async def _acquire(
+        self,
+        redis_client: Redis | None,
+        pg_pool: AsyncEngine | None,
+        clock: Clock | None,
+        settings: TaskQSettings | None,
+    ) -> RateLimitDecision:
         backend = self.backend
         if backend == "redis":
             client = rru.require_redis(redis_client, self.name)

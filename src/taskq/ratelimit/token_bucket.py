@@ -27,6 +27,7 @@ from taskq.ratelimit._memory import MemoryTokenBucket
 from taskq.ratelimit.decision import RateLimitDecision, RateLimitState
 from taskq.ratelimit.refs import validate_backend
 from taskq.settings import TaskQSettings
+from taskq.telemetry import record_decision
 from taskq.testing.clock import Clock
 
 if TYPE_CHECKING:
@@ -54,6 +55,8 @@ class TokenBucket:
         ttl: timedelta | None = None,
     ) -> None:
         self.name = validate_name(name, kind="rate limit")
+        self.metrics_name = self.name
+        """The ``bucket`` its decisions are counted under (a keyed bucket's base name)."""
         self.capacity = check_number(capacity, "capacity", minimum=0, strict=True)
         self.refill_per_second = check_number(
             refill_per_second, "refill_per_second", minimum=0, strict=False
@@ -145,7 +148,21 @@ class TokenBucket:
         ``clock`` drives the memory backend only; Redis and Postgres use their own clock.
         Redis: one ``EVALSHA`` with the arguments encoded at construction; the fallback
         machinery runs only when Redis raised. Postgres: one statement (see ``_sql``).
+        Counted in ``taskq.ratelimit.decisions`` under :attr:`metrics_name`
+        (:mod:`taskq.telemetry`).
         """
+        taken = await self._acquire(count, redis_client, pg_pool, clock, settings)
+        record_decision(self.metrics_name, taken)
+        return taken
+
+    async def _acquire(
+        self,
+        count: float,
+        redis_client: Redis | None,
+        pg_pool: AsyncEngine | None,
+        clock: Clock | None,
+        settings: TaskQSettings | None,
+    ) -> RateLimitDecision:
         if count.__class__ is not float or not 0.0 < count <= self.capacity:
             count = check_count(count, self.capacity)
         backend = self.backend

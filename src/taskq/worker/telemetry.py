@@ -1,10 +1,12 @@
 """OpenTelemetry for the worker: a span per attempt, and the job metrics.
 
 The attempt span (``taskq.attempt``) is a child of the trace context stored on the job
-row at enqueue, so a job's work shows up under the request that enqueued it. Metrics:
+row at enqueue (the ``taskq.enqueue`` span, see :mod:`taskq.telemetry`), so a job's work
+shows up under the request that enqueued it. Metrics:
 ``taskq.jobs.completed{actor,status}``, ``taskq.job.duration{actor}`` (seconds) and
 ``taskq.jobs.reclaimed{actor,disposition}``. Without the ``otel`` extra everything here
-is a no-op; with the API but no SDK configured, OpenTelemetry's own no-op objects apply.
+is a no-op, and so it is with the API but no SDK configured (``tracing_on`` and
+``metrics_on`` of :mod:`taskq.telemetry`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from typing import Any
+
+from taskq.telemetry import metrics_on, tracing_on
 
 __all__ = ["attempt_span", "record_completed", "record_reclaimed"]
 
@@ -33,9 +37,7 @@ if trace is not None:
 @contextlib.contextmanager
 def attempt_span(row: dict[str, Any], actor: str) -> Iterator[Any]:
     """A ``taskq.attempt`` span around one attempt, parented by the enqueuer's context."""
-    if trace is None or isinstance(
-        trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider
-    ):
+    if not tracing_on():
         yield None  # no SDK configured: skip even OpenTelemetry's no-op span machinery
         return
     carrier = row.get("trace_context")
@@ -65,7 +67,7 @@ def mark_span(span: Any, kind: str, error_class: str | None) -> None:
 
 def record_completed(actor: str, status: str, seconds: float | None) -> None:
     """Count one ended attempt (and its duration when known)."""
-    if trace is None or not _metrics_on():
+    if not metrics_on():
         return
     _completed.add(1, {"actor": actor, "status": status})
     if seconds is not None:
@@ -74,11 +76,5 @@ def record_completed(actor: str, status: str, seconds: float | None) -> None:
 
 def record_reclaimed(actor: str, disposition: str) -> None:
     """Count one row the sweep took back from a worker presumed dead."""
-    if trace is not None and _metrics_on():
+    if metrics_on():
         _reclaimed.add(1, {"actor": actor, "disposition": disposition})
-
-
-def _metrics_on() -> bool:
-    # The API hands out a private proxy until an SDK MeterProvider is installed.
-    provider = metrics.get_meter_provider()
-    return type(provider).__name__ not in ("_ProxyMeterProvider", "NoOpMeterProvider")

@@ -1,4 +1,5 @@
-"""The attempt span is a child of the span that enqueued the job."""
+"""The attempt span is a child of the span that enqueued the job (``taskq.enqueue``,
+itself a child of the caller's span)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,6 @@ from typing import Any
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -15,19 +14,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from taskq.backends.sql import SqlBackend
 from taskq.client import JobsClient
 from tests.e2e.apps import basic
+from tests.support.otel import otel
 from tests.support.workers import running_worker, wait_until, worker_settings
 
-_EXPORTER = InMemorySpanExporter()
 
-
-@pytest.fixture(scope="module")
+@pytest.fixture
 def exporter() -> InMemorySpanExporter:
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
-        provider = TracerProvider()
-        trace.set_tracer_provider(provider)
-    provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
-    return _EXPORTER
+    return otel().spans
 
 
 async def test_attempt_span_continues_the_enqueuers_trace(
@@ -46,9 +39,12 @@ async def test_attempt_span_continues_the_enqueuers_trace(
     async with running_worker(worker_settings(engine_url), basic.registry):
         await wait_until(attempt_exported)
     [span] = [s for s in exporter.get_finished_spans() if s.name == "taskq.attempt"]
+    [enqueue] = [s for s in exporter.get_finished_spans() if s.name == "taskq.enqueue"]
     attributes: Any = span.attributes
     assert span.context.trace_id == trace_id
     assert span.parent is not None
-    assert span.parent.span_id == request_span.get_span_context().span_id
+    assert span.parent.span_id == enqueue.context.span_id
+    assert enqueue.parent is not None
+    assert enqueue.parent.span_id == request_span.get_span_context().span_id
     assert attributes["taskq.job_id"] == str(handle.job_id)
     assert attributes["taskq.outcome"] == "succeeded"
