@@ -34,6 +34,7 @@ from taskq.db.engine import make_engine, transaction
 from taskq.db.queries import worker as wq
 from taskq.di import ProviderRegistry
 from taskq.settings import WorkerSettings
+from taskq.telemetry import metrics_on
 from taskq.worker.cancel import CancelController
 from taskq.worker.dispatch import Dispatcher, run_sync_actor_tracked
 from taskq.worker.execute import AttemptEnv
@@ -46,6 +47,7 @@ from taskq.worker.shutdown import WATCHDOG_TAIL_S, Phase, ShutdownState, Watchdo
 from taskq.worker.state import Outcome, RunningJob
 from taskq.worker.subjobs import AutonomousCounter, SubJobs
 from taskq.worker.sweep import Sweeper
+from taskq.worker.telemetry import publish_queue_depth
 
 if TYPE_CHECKING:
     from taskq.backends.sql import SqlBackend
@@ -251,9 +253,12 @@ class Worker:
             await asyncio.sleep(interval)
             self.limits.evict_idle()
             if not self.leader.is_leader:
+                publish_queue_depth(None)
                 continue
             try:
                 await self.sweeper.run_once()
+                if metrics_on():
+                    publish_queue_depth(await self.sweeper.queue_depth())
             except (DBAPIError, SQLAlchemyError, OSError) as exc:
                 self._log.warning("worker-sweep-failed", error=str(exc))
 

@@ -102,6 +102,12 @@ class Sweeper:
             result = await conn.execute(wq.expire_results(self._dialect))
         return int(result.rowcount or 0)
 
+    async def queue_depth(self) -> list[tuple[str, str, int]]:
+        """``(queue, status, count)`` of the jobs waiting to run (``taskq.queue.depth``)."""
+        async with self._engine.connect() as conn:
+            rows = (await conn.execute(wq.queue_depth())).all()
+        return [(queue, status, int(count)) for queue, status, count in rows]
+
     async def run_once(self) -> None:
         """One full sweep (the caller checks leadership first)."""
         reclaimed = await self.reclaim_expired()

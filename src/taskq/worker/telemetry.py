@@ -3,8 +3,10 @@
 The attempt span (``taskq.attempt``) is a child of the trace context stored on the job
 row at enqueue (the ``taskq.enqueue`` span, see :mod:`taskq.telemetry`), so a job's work
 shows up under the request that enqueued it. Metrics:
-``taskq.jobs.completed{actor,status}``, ``taskq.job.duration{actor}`` (seconds) and
-``taskq.jobs.reclaimed{actor,disposition}``. Without the ``otel`` extra everything here
+``taskq.jobs.completed{actor,status}``, ``taskq.job.duration{actor}`` (seconds),
+``taskq.jobs.reclaimed{actor,disposition}`` and ``taskq.queue.depth{queue,status}`` (jobs
+waiting to run, ``pending`` or ``scheduled``, per queue: read by the fleet's leader at
+each sweep and reported by it alone, so the fleet reports each queue once). Without the ``otel`` extra everything here
 is a no-op, and so it is with the API but no SDK configured (``tracing_on`` and
 ``metrics_on`` of :mod:`taskq.telemetry`).
 """
@@ -12,12 +14,15 @@ is a no-op, and so it is with the API but no SDK configured (``tracing_on`` and
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from taskq.telemetry import metrics_on, tracing_on
 
-__all__ = ["attempt_span", "record_completed", "record_reclaimed"]
+__all__ = ["attempt_span", "publish_queue_depth", "record_completed", "record_reclaimed"]
+
+_depth: dict[tuple[str, str], int] = {}
+"""The leader's last reading of the queue depth, by ``(queue, status)``."""
 
 try:
     from opentelemetry import metrics, trace
@@ -32,6 +37,16 @@ if trace is not None:
     _completed = _meter.create_counter("taskq.jobs.completed", description="Attempts ended")
     _duration = _meter.create_histogram("taskq.job.duration", unit="s", description="Attempt time")
     _reclaimed = _meter.create_counter("taskq.jobs.reclaimed", description="Expired leases swept")
+
+    def _observe_depth(options: metrics.CallbackOptions) -> Iterator[metrics.Observation]:
+        for (queue, status), count in list(_depth.items()):
+            yield metrics.Observation(count, {"queue": queue, "status": status})
+
+    _meter.create_observable_gauge(
+        "taskq.queue.depth",
+        callbacks=[_observe_depth],
+        description="Jobs waiting to run (pending or scheduled), per queue",
+    )
 
 
 @contextlib.contextmanager
@@ -78,3 +93,17 @@ def record_reclaimed(actor: str, disposition: str) -> None:
     """Count one row the sweep took back from a worker presumed dead."""
     if metrics_on():
         _reclaimed.add(1, {"actor": actor, "disposition": disposition})
+
+
+def publish_queue_depth(rows: Iterable[tuple[str, str, int]] | None) -> None:
+    """The leader's new reading, ``(queue, status, count)`` rows; a queue and status seen
+    before and absent now reads 0. ``None``: this worker is not the leader (or stopped
+    being it), so it reports nothing."""
+    if rows is None:
+        _depth.clear()
+        return
+    fresh = {(queue, status): count for queue, status, count in rows}
+    for key in _depth:
+        fresh.setdefault(key, 0)
+    _depth.clear()
+    _depth.update(fresh)

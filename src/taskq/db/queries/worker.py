@@ -305,6 +305,17 @@ def expire_results(dialect_name: str) -> Update:
     )
 
 
+def queue_depth() -> Select[Any]:
+    """``(queue, status, count)`` of the jobs waiting to run: ``pending`` (ready) and
+    ``scheduled`` (a delay, a retry backoff, a snooze), per queue (the rows the dispatch
+    index covers)."""
+    return (
+        select(jobs.c.queue, jobs.c.status, func.count())
+        .where(jobs.c.status.in_(("pending", "scheduled")))
+        .group_by(jobs.c.queue, jobs.c.status)
+    )
+
+
 def release_jobs(dialect_name: str) -> Update:
     """Hand an unfinished claimed row back (executemany), fenced like a finish.
 
