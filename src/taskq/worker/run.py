@@ -253,12 +253,12 @@ class Worker:
             await asyncio.sleep(interval)
             self.limits.evict_idle()
             if not self.leader.is_leader:
-                publish_queue_depth(None)
+                publish_queue_depth(self, None)
                 continue
             try:
                 await self.sweeper.run_once()
                 if metrics_on():
-                    publish_queue_depth(await self.sweeper.queue_depth())
+                    publish_queue_depth(self, await self.sweeper.queue_depth())
             except (DBAPIError, SQLAlchemyError, OSError) as exc:
                 self._log.warning("worker-sweep-failed", error=str(exc))
 

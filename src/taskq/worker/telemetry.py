@@ -23,6 +23,8 @@ __all__ = ["attempt_span", "publish_queue_depth", "record_completed", "record_re
 
 _depth: dict[tuple[str, str], int] = {}
 """The leader's last reading of the queue depth, by ``(queue, status)``."""
+_depth_owner: list[object] = []
+"""The worker whose reading ``_depth`` is (none, or one: the process's leader)."""
 
 try:
     from opentelemetry import metrics, trace
@@ -95,15 +97,19 @@ def record_reclaimed(actor: str, disposition: str) -> None:
         _reclaimed.add(1, {"actor": actor, "disposition": disposition})
 
 
-def publish_queue_depth(rows: Iterable[tuple[str, str, int]] | None) -> None:
-    """The leader's new reading, ``(queue, status, count)`` rows; a queue and status seen
-    before and absent now reads 0. ``None``: this worker is not the leader (or stopped
-    being it), so it reports nothing."""
+def publish_queue_depth(worker: object, rows: Iterable[tuple[str, str, int]] | None) -> None:
+    """``worker``'s new reading as the leader, ``(queue, status, count)`` rows; a queue
+    and status seen before and absent now reads 0. ``None``: ``worker`` is not the leader
+    (or stopped being it), so what it reported is withdrawn; another worker's reading in
+    the same process stays."""
     if rows is None:
-        _depth.clear()
+        if _depth_owner and _depth_owner[0] is worker:
+            _depth.clear()
+            _depth_owner.clear()
         return
     fresh = {(queue, status): count for queue, status, count in rows}
     for key in _depth:
         fresh.setdefault(key, 0)
     _depth.clear()
     _depth.update(fresh)
+    _depth_owner[:] = [worker]
