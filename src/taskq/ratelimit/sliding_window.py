@@ -147,19 +147,37 @@ class SlidingWindow:
         machinery runs only when Redis raised. Counted in ``taskq.ratelimit.decisions``
         under :attr:`metrics_name` (:mod:`taskq.telemetry`).
         """
-        taken = await self._acquire(redis_client, pg_pool, clock, settings)
+        if self.backend == "memory":  # no I/O: not one more coroutine per acquire
+            taken = self._take_memory(clock)
+        else:
+            taken = await self._take_stored(redis_client, pg_pool, settings)
         record_decision(self.metrics_name, taken)
         return taken
 
-    async def _acquire(
+    def _take_memory(self, clock: Clock | None) -> RateLimitDecision:
+        if clock is None:
+            raise missing_clock(self.name)
+        now_us = to_us(clock.now())
+        if self.style == "gcra":
+            g = self._gcra.step(now_us, limit=self.limit, window_us=self.window_us, consume=True)
+            if g.allowed:
+                return RateLimitDecision(True, g.remaining, ALLOWED_WAIT, self.name, "memory")
+            return decision(self.name, "memory", False, 0.0, g.retry_after_us)
+        ok, remaining, retry_us = self._log.take(now_us, self.limit, self.window_us)
+        if ok:
+            return RateLimitDecision(
+                True, remaining, ALLOWED_WAIT, self.name, "memory", str(uuid4())
+            )
+        return RateLimitDecision(False, 0.0, retry(retry_us), self.name, "memory")
+
+    async def _take_stored(
         self,
         redis_client: Redis | None,
         pg_pool: AsyncEngine | None,
-        clock: Clock | None,
         settings: TaskQSettings | None,
     ) -> RateLimitDecision:
-        backend = self.backend
-        if backend == "redis":
+        """Redis (with the Postgres fallback) or Postgres."""
+        if self.backend == "redis":
             client = rru.require_redis(redis_client, self.name)
             try:
                 if self.style == "gcra":
@@ -176,23 +194,6 @@ class SlidingWindow:
                     raise
                 return await self._postgres(engine)
             return redis_decision(self.name, reply, request_id)
-        if backend == "memory":
-            if clock is None:
-                raise missing_clock(self.name)
-            now_us = to_us(clock.now())
-            if self.style == "gcra":
-                g = self._gcra.step(
-                    now_us, limit=self.limit, window_us=self.window_us, consume=True
-                )
-                if g.allowed:
-                    return RateLimitDecision(True, g.remaining, ALLOWED_WAIT, self.name, "memory")
-                return decision(self.name, "memory", False, 0.0, g.retry_after_us)
-            ok, remaining, retry_us = self._log.take(now_us, self.limit, self.window_us)
-            if ok:
-                return RateLimitDecision(
-                    True, remaining, ALLOWED_WAIT, self.name, "memory", str(uuid4())
-                )
-            return RateLimitDecision(False, 0.0, retry(retry_us), self.name, "memory")
         return await self._postgres(require_engine(pg_pool, self.name))
 
     async def refund(

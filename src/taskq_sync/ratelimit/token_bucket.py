@@ -147,22 +147,34 @@ class TokenBucket:
         Counted in ``taskq.ratelimit.decisions`` under :attr:`metrics_name`
         (:mod:`taskq.telemetry`).
         """
-        taken = self._acquire(count, redis_client, pg_pool, clock, settings)
+        if count.__class__ is not float or not 0.0 < count <= self.capacity:
+            count = check_count(count, self.capacity)
+        if self.backend == "memory":
+            taken = self._take_memory(count, clock)
+        else:
+            taken = self._take_stored(count, redis_client, pg_pool, settings)
         record_decision(self.metrics_name, taken)
         return taken
 
-    def _acquire(
+    def _take_memory(self, count: float, clock: Clock | None) -> RateLimitDecision:
+        if clock is None:
+            raise missing_clock(self.name)
+        allowed, tokens, retry_us = self._memory.take(
+            to_us(clock.now()), self.capacity, self.refill_per_second, count
+        )
+        if allowed:
+            return RateLimitDecision(True, tokens, ALLOWED_WAIT, self.name, "memory")
+        return RateLimitDecision(False, tokens, retry(retry_us), self.name, "memory")
+
+    def _take_stored(
         self,
         count: float,
         redis_client: Redis | None,
         pg_pool: Engine | None,
-        clock: Clock | None,
         settings: TaskQSettings | None,
     ) -> RateLimitDecision:
-        if count.__class__ is not float or not 0.0 < count <= self.capacity:
-            count = check_count(count, self.capacity)
-        backend = self.backend
-        if backend == "redis":
+        """Redis (with the Postgres fallback) or Postgres."""
+        if self.backend == "redis":
             client = rru.require_redis(redis_client, self.name)
             try:
                 if count == 1.0:
@@ -177,15 +189,6 @@ class TokenBucket:
                     raise
                 return self._postgres(engine, count)
             return redis_decision(self.name, reply)
-        if backend == "memory":
-            if clock is None:
-                raise missing_clock(self.name)
-            allowed, tokens, retry_us = self._memory.take(
-                to_us(clock.now()), self.capacity, self.refill_per_second, count
-            )
-            if allowed:
-                return RateLimitDecision(True, tokens, ALLOWED_WAIT, self.name, "memory")
-            return RateLimitDecision(False, tokens, retry(retry_us), self.name, "memory")
         return self._postgres(require_engine(pg_pool, self.name), count)
 
     def refund(
