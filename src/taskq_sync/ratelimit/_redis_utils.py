@@ -10,8 +10,9 @@ written straight to a redis-py connection and the reply read back: redis-py's
 per-command machinery (argument encoding and framing, the retry wrapper, event dispatch
 and its own metrics) costs more client CPU than the script costs the server.
 
-On the asyncio client the command is also written without redis-py's per-write
-``asyncio.wait_for`` (:func:`_send`), which costs a task and a turn of the event loop.
+The write itself skips what redis-py's ``socket_timeout`` costs every write
+(:func:`_send`): in asyncio, a task and one more turn of the event loop
+(``asyncio.wait_for``); on a blocking socket, a ``poll`` before the ``send``.
 
 The connection is *held*: taken from the client's pool once and kept idle, beside that
 pool, for the next acquire, instead of a pool checkout and checkin per acquire. A
