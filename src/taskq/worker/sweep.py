@@ -103,8 +103,12 @@ class Sweeper:
         return int(result.rowcount or 0)
 
     async def queue_depth(self) -> list[tuple[str, str, int]]:
-        """``(queue, status, count)`` of the jobs waiting to run (``taskq.queue.depth``)."""
-        async with self._engine.connect() as conn:
+        """``(queue, status, count)`` of the jobs waiting to run (``taskq.queue.depth``).
+
+        A read: on SQLite it must not take the write lock (``BEGIN IMMEDIATE``), or it
+        would queue behind the writers for up to the busy timeout, holding up shutdown.
+        """
+        async with transaction(self._engine, readonly=True) as conn:
             rows = (await conn.execute(wq.queue_depth())).all()
         return [(queue, status, int(count)) for queue, status, count in rows]
 
