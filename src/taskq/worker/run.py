@@ -78,7 +78,14 @@ def resolve_actors(
 
 
 class Worker:
-    """One worker process's runtime (``await Worker(...).run()`` returns its exit code)."""
+    """One worker process's runtime (``await Worker(...).run()`` returns its exit code).
+
+    ``hard_exit`` (the default) lets the worker end its process: ``os._exit`` when
+    executor threads outlive the shutdown, and the watchdog that ends it when the shutdown
+    overruns ``termination_grace_period``. ``False`` is for a worker running inside a
+    process that owns its own exit (a test, an embedding application): neither happens,
+    and an overrun shows as ``run()`` not returning.
+    """
 
     def __init__(
         self,
@@ -314,7 +321,8 @@ class Worker:
             s.termination_grace_period.total_seconds() + WATCHDOG_TAIL_S,
             lambda: "tracked-actor-outlived-teardown" if d.lingering else "teardown-overran",
         )
-        watchdog.start()
+        if self.hard_exit:
+            watchdog.start()
         self.state.enter(Phase.DRAINING)
         self.heartbeat.status = "stopping"
         d.stop_claiming()
