@@ -90,6 +90,13 @@ class EnqueueRequest:
             and self.idempotency_key is None
         )
 
+    @property
+    def uncapped_plain(self) -> bool:
+        """:attr:`plain` with no ``max_pending`` of its own: it may go in one bulk insert or
+        COPY with other rows (a stored ``actor_config.max_pending`` is the backend's to
+        check)."""
+        return self.plain and self.max_pending is None
+
 
 @dataclass(frozen=True, slots=True)
 class JobRecord:

@@ -27,10 +27,10 @@ class RequestBatch:
     """``size`` requests, made by ``make`` in order, each exactly once.
 
     ``plain``, ``actors`` and ``queues`` are what is known before any request is made:
-    when ``plain`` is true, every request the batch makes is plain (no check reads
-    before its insert) with no ``max_pending`` of its own, its actor is one of
-    ``actors`` and its queue one of ``queues`` (sorted). When it is false, nothing is
-    known until the requests are made, and ``actors``/``queues`` are empty.
+    when ``plain`` is true, every request the batch makes is
+    :attr:`~taskq.records.EnqueueRequest.uncapped_plain`, its actor is one of ``actors``
+    and its queue one of ``queues`` (sorted). When it is false, nothing is known until
+    the requests are made, and ``actors``/``queues`` are empty.
     """
 
     __slots__ = ("_made", "_make", "actors", "plain", "queues", "size")
@@ -55,11 +55,10 @@ class RequestBatch:
     def of(cls, requests: Sequence[EnqueueRequest]) -> RequestBatch:
         """A batch of requests already made (what is known is read off them)."""
         made = list(requests)
-        plain = all([req.plain and req.max_pending is None for req in made])
         batch = cls(
             len(made),
             _made_already,
-            plain=plain,
+            plain=all([req.uncapped_plain for req in made]),
             actors=frozenset({req.actor for req in made}),
             queues={req.queue for req in made},
         )

@@ -247,7 +247,7 @@ class _Items:
         return RequestBatch(
             len(self.items),
             self.make,
-            plain=all([t.plain and t.max_pending is None for t in templates]),
+            plain=all([t.uncapped_plain for t in templates]),
             actors=frozenset([t.actor for t in templates]),
             queues={t.queue for t in templates},
         )

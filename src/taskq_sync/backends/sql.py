@@ -106,7 +106,11 @@ class SqlBackend:
         self, requests: Sequence[EnqueueRequest], *, connection: Connection | None = None
     ) -> list[EnqueueOutcome]:
         """Apply ``requests`` in one transaction (or in the caller's, given ``connection``)."""
-        if connection is None and self._doc_insert and _uncapped_plain(requests):
+        if (
+            connection is None
+            and self._doc_insert
+            and all([req.uncapped_plain for req in requests])
+        ):
             if len(requests) >= self.copy_min_rows:
                 outcomes = self._enqueue_copy(RequestBatch.of(requests))
                 if outcomes is not None:
@@ -534,11 +538,6 @@ def _raise_translated(exc: DBAPIError) -> NoReturn:
     if translated is exc:
         raise exc
     raise translated from exc
-
-
-def _uncapped_plain(requests: Sequence[EnqueueRequest]) -> bool:
-    """True when no request needs a check before its insert (the one-statement path)."""
-    return all([req.plain and req.max_pending is None for req in requests])
 
 
 def _translate_map(conn: Connection) -> Any:

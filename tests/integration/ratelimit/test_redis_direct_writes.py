@@ -38,6 +38,16 @@ pytestmark = pytest.mark.integration
 T = TypeVar("T")
 
 
+def _primitives(rl: Any, name: str) -> tuple[Any, Any, Any]:
+    """A token bucket of 100 and GCRA and log windows of 3 a minute, from ``rl``
+    (``taskq.ratelimit`` or ``taskq_sync.ratelimit``)."""
+    return (
+        rl.TokenBucket(name, capacity=100, refill_per_second=0),
+        rl.SlidingWindow(f"{name}_g", limit=3, window=timedelta(minutes=1), style="gcra"),
+        rl.SlidingWindow(f"{name}_l", limit=3, window=timedelta(minutes=1)),
+    )
+
+
 @pytest.fixture
 def wait_for_calls(monkeypatch: pytest.MonkeyPatch) -> list[float | None]:
     """Every ``asyncio.wait_for`` call made while the test runs (its timeout), redis-py's
@@ -58,9 +68,7 @@ async def test_async_acquires_write_without_a_task_per_command(
 ) -> None:
     client = aredis.Redis.from_url(redis_url, socket_timeout=5)
     kw: dict[str, Any] = {"redis_client": client, "settings": settings}
-    tb = arl.TokenBucket(unique_name, capacity=100, refill_per_second=0)
-    gcra = arl.SlidingWindow(f"{unique_name}_g", limit=3, window=timedelta(minutes=1), style="gcra")
-    log = arl.SlidingWindow(f"{unique_name}_l", limit=3, window=timedelta(minutes=1))
+    tb, gcra, log = _primitives(arl, unique_name)
     try:
         await client.ping()  # connects (its handshake's writes are under wait_for too)
         wait_for_calls.clear()
@@ -148,9 +156,7 @@ def test_blocking_acquires_write_to_the_socket_descriptor(
 ) -> None:
     client = redis.Redis.from_url(redis_url, socket_timeout=5)
     kw: dict[str, Any] = {"redis_client": client, "settings": settings}
-    tb = srl.TokenBucket(unique_name, capacity=100, refill_per_second=0)
-    gcra = srl.SlidingWindow(f"{unique_name}_g", limit=3, window=timedelta(minutes=1), style="gcra")
-    log = srl.SlidingWindow(f"{unique_name}_l", limit=3, window=timedelta(minutes=1))
+    tb, gcra, log = _primitives(srl, unique_name)
     try:
         client.ping()
         sendall_calls.clear()
