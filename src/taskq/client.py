@@ -23,6 +23,7 @@ from taskq.actor_config_ops import ActorsClient
 from taskq.backends.base import Backend
 from taskq.backends.held import held_connections_cap
 from taskq.backends.sql import SqlBackend
+from taskq.bulk_rows import BulkOutcomes, BulkRows
 from taskq.db.engine import make_engine
 from taskq.exceptions import JobNotFoundError
 from taskq.handle import JobHandle
@@ -37,7 +38,7 @@ from taskq.records import (
 )
 from taskq.request_batch import RequestBatch
 from taskq.settings import TaskQSettings
-from taskq.telemetry import enqueue_span, record_enqueued
+from taskq.telemetry import enqueue_span, record_bulk_enqueued, record_enqueued, stamp_actors
 
 __all__ = ["EnqueueArgs", "JobHandle", "JobsClient", "TaskQ"]
 
@@ -136,14 +137,28 @@ class JobsClient:
         if not items:
             return []
         made = _Items(items, self._default_stc)
-        batch = made.batch()
-        with enqueue_span(batch.actors, batch.size) as span:
+        with enqueue_span((), len(items)) as span:
+            batch = made.batch()  # in the span: the jobs carry its trace context
+            stamp_actors(span, batch.actors)
             if connection is None:
                 outcomes = await self.backend.enqueue_batch(batch)
             else:
                 outcomes = await self.backend.enqueue(batch.all(), connection=connection)
+            if isinstance(outcomes, BulkOutcomes):
+                record_bulk_enqueued(span, outcomes.counts)
+                return self._bulk_handles(made.refs, outcomes)
             record_enqueued(span, batch.made, outcomes)
         return [self._handle(ref, out) for ref, out in zip(made.refs, outcomes, strict=True)]
+
+    def _bulk_handles(
+        self, refs: Sequence[ActorRef[Any, Any]], outcomes: BulkOutcomes
+    ) -> list[JobHandle[Any]]:
+        """One handle per job of a bulk write, all sharing its records."""
+        backend, records = self.backend, outcomes.records
+        return [
+            JobHandle(backend, job_id, result_adapter=ref.result_adapter, record=records)
+            for ref, job_id in zip(refs, outcomes.job_ids, strict=True)
+        ]
 
     async def get(
         self, job_id: UUID, *, result_adapter: TypeAdapter[R] | None = None
@@ -235,6 +250,7 @@ class _Items:
         """The actor of each item made so far (all of them when they are all pairs)."""
         self._resolved = False
         self._templates: dict[int, EnqueueRequest] = {}
+        self._bulk: BulkRows | None = None
 
     def batch(self) -> RequestBatch:
         """The items' :class:`~taskq.request_batch.RequestBatch` (``plain`` when known)."""
@@ -245,14 +261,35 @@ class _Items:
                 return RequestBatch(len(self.items), self.make)
             refs.append(found)
         self.refs, self._resolved = refs, True
-        templates = [self._template(ref) for ref in {id(ref): ref for ref in refs}.values()]
+        actors = {id(ref): ref for ref in refs}
+        templates = [self._template(ref) for ref in actors.values()]
+        plain = all([t.uncapped_plain for t in templates])
+        if plain:
+            self._bulk = self._bulk_rows(list(actors.values()), templates)
         return RequestBatch(
             len(self.items),
             self.make,
-            plain=all([t.uncapped_plain for t in templates]),
+            plain=plain,
             actors=frozenset([t.actor for t in templates]),
             queues={t.queue for t in templates},
+            bulk=self._bulk,
         )
+
+    def _bulk_rows(
+        self, actors: list[ActorRef[Any, Any]], templates: list[EnqueueRequest]
+    ) -> BulkRows | None:
+        """The items as :class:`~taskq.bulk_rows.BulkRows` when every payload is an
+        instance of exactly its actor's model (nothing to validate), else ``None``."""
+        models = [cast("tuple[Any, Any]", item)[1] for item in self.items]  # pairs: batch()
+        exact = [type(m) is ref.payload_type for m, ref in zip(models, self.refs, strict=True)]
+        if not all(exact):
+            return None
+        which = None
+        if len(actors) > 1:
+            index = {id(ref): i for i, ref in enumerate(actors)}
+            which = [index[id(ref)] for ref in self.refs]
+        dumps = [ref.dump_payloads for ref in actors]
+        return BulkRows(models, new_job_ids(len(models)), templates, dumps, which)
 
     def _template(self, ref: ActorRef[Any, Any]) -> EnqueueRequest:
         template = self._templates.get(id(ref))
@@ -264,6 +301,8 @@ class _Items:
 
     def make(self, start: int, stop: int) -> list[EnqueueRequest]:
         """The requests of items ``start`` to ``stop - 1``, in order."""
+        if self._bulk is not None:
+            return self._bulk.requests(start, stop)
         ids = new_job_ids(stop - start)
         made: list[EnqueueRequest | None] = []
         deferred: dict[int, tuple[ActorRef[Any, Any], list[int], list[Any]]] = {}

@@ -12,7 +12,7 @@ from pydantic import TypeAdapter
 from taskq.backends.base import Backend
 from taskq.exceptions import JobCancelledError, JobFailedError, JobNotFoundError, WaitTimeout
 from taskq.progress import ProgressEvent, progress_channel
-from taskq.records import AttemptRecord, JobRecord, RecordSource
+from taskq.records import AttemptRecord, JobRecord, RecordSource, build_record
 
 __all__ = ["JobHandle"]
 
@@ -65,7 +65,7 @@ class JobHandle(Generic[R]):
         record = self._record
         if record is None or isinstance(record, JobRecord):
             return record
-        built = self._record = record()
+        built = self._record = build_record(record, self.job_id)
         return built
 
     @record.setter

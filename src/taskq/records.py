@@ -36,6 +36,8 @@ __all__ = [
     "InsertedRecord",
     "JobRecord",
     "RecordSource",
+    "SharedRecords",
+    "build_record",
     "build_request",
     "request_like",
     "request_template",
@@ -239,8 +241,30 @@ class InsertedRecord:
         )
 
 
-RecordSource: TypeAlias = JobRecord | Callable[[], JobRecord]
-"""A job record, or a zero-argument factory that builds it on first use."""
+class SharedRecords:
+    """The records of many jobs behind one object, each built on first use
+    (:meth:`record_of`): a bulk ``enqueue_many`` gives every handle the same one instead of
+    a factory per job (:class:`~taskq.bulk_rows.BulkRecords`)."""
+
+    __slots__ = ()
+
+    def record_of(self, job_id: UUID) -> JobRecord:
+        """The record of ``job_id``, one of the jobs behind this object."""
+        raise NotImplementedError
+
+
+RecordSource: TypeAlias = JobRecord | Callable[[], JobRecord] | SharedRecords
+"""A job record, a zero-argument factory that builds it on first use, or the
+:class:`SharedRecords` it is one of."""
+
+
+def build_record(source: RecordSource, job_id: UUID) -> JobRecord:
+    """The record ``source`` gives for the job ``job_id`` (built now if it was deferred)."""
+    if isinstance(source, JobRecord):
+        return source
+    if isinstance(source, SharedRecords):
+        return source.record_of(job_id)
+    return source()
 
 
 class EnqueueOutcome:
@@ -272,7 +296,7 @@ class EnqueueOutcome:
         """The job's row as the enqueue left it (built now if it was deferred)."""
         record = self._record
         if not isinstance(record, JobRecord):
-            record = self._record = record()
+            record = self._record = build_record(record, self.job_id)
         return record
 
     @property

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
+from taskq.bulk_rows import BulkRows
 from taskq.records import EnqueueRequest
 
 __all__ = ["RequestBatch"]
@@ -31,9 +32,13 @@ class RequestBatch:
     :attr:`~taskq.records.EnqueueRequest.uncapped_plain`, its actor is one of ``actors``
     and its queue one of ``queues`` (sorted). When it is false, nothing is known until
     the requests are made, and ``actors``/``queues`` are empty.
+
+    ``bulk``, when set (only with ``plain``), holds the same jobs column by column
+    (:class:`~taskq.bulk_rows.BulkRows`): a backend may write those instead of asking
+    for the requests, which ``make`` then builds from it (same ids, same payloads).
     """
 
-    __slots__ = ("_made", "_make", "actors", "plain", "queues", "size")
+    __slots__ = ("_made", "_make", "actors", "bulk", "plain", "queues", "size")
 
     def __init__(
         self,
@@ -43,13 +48,17 @@ class RequestBatch:
         plain: bool = False,
         actors: frozenset[str] = frozenset(),
         queues: Iterable[str] = (),
+        bulk: BulkRows | None = None,
     ) -> None:
+        if bulk is not None and not (plain and bulk.size == size):
+            raise ValueError("RequestBatch: bulk rows need a plain batch of the same size")
         self.size = size
         self._make = make
         self._made: list[EnqueueRequest] = []
         self.plain = plain
         self.actors = actors if plain else frozenset()
         self.queues: tuple[str, ...] = tuple(sorted(queues)) if plain else ()
+        self.bulk = bulk
 
     @classmethod
     def of(cls, requests: Sequence[EnqueueRequest]) -> RequestBatch:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -37,8 +37,10 @@ if TYPE_CHECKING:
 __all__ = [
     "enqueue_span",
     "metrics_on",
+    "record_bulk_enqueued",
     "record_decision",
     "record_enqueued",
+    "stamp_actors",
     "tracing_on",
 ]
 
@@ -118,15 +120,21 @@ def enqueue_span(actors: Iterable[str], jobs: int) -> Iterator[Any]:
         yield span
 
 
+def stamp_actors(span: Any, actors: Iterable[str]) -> None:
+    """Set ``taskq.actor`` on an enqueue's span when every job is of one actor."""
+    if span is not None:
+        names = set(actors)
+        if len(names) == 1:
+            span.set_attribute("taskq.actor", names.pop())
+
+
 def record_enqueued(
     span: Any, requests: Sequence[EnqueueRequest], outcomes: Sequence[EnqueueOutcome]
 ) -> None:
     """Count the jobs of one enqueue (``requests`` and their ``outcomes``, in order), and
     stamp them on its span: the actor when there is one, a single job's id and outcome."""
     if span is not None:
-        actors = {req.actor for req in requests}
-        if len(actors) == 1:
-            span.set_attribute("taskq.actor", actors.pop())
+        stamp_actors(span, [req.actor for req in requests])
         if len(outcomes) == 1:
             span.set_attribute("taskq.job_id", str(outcomes[0].job_id))
             span.set_attribute("taskq.was_existing", outcomes[0].was_existing)
@@ -139,6 +147,15 @@ def record_enqueued(
     for (actor, queue, existing), n in counts.items():
         outcome = "existing" if existing else "created"
         _enqueued.add(n, {"actor": actor, "queue": queue, "outcome": outcome})
+
+
+def record_bulk_enqueued(span: Any, created: Mapping[tuple[str, str], int]) -> None:
+    """Count the jobs of a bulk ``enqueue_many``, every one created: ``created`` maps
+    ``(actor, queue)`` to how many (:meth:`~taskq.bulk_rows.BulkRows.counts`)."""
+    stamp_actors(span, [actor for actor, _ in created])
+    if metrics_on():
+        for (actor, queue), n in created.items():
+            _enqueued.add(n, {"actor": actor, "queue": queue, "outcome": "created"})
 
 
 def record_decision(bucket: str, decision: RateLimitDecision) -> None:

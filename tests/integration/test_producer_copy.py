@@ -557,26 +557,41 @@ async def test_every_timestamp_derives_from_the_server_clock_reading(
         assert last.deadline_at == reading + timedelta(hours=2)
 
 
+@pytest.mark.parametrize("bulk", [True, False], ids=["models", "dicts"])
 @pytest.mark.parametrize("after_chunks", [1, 3])
 async def test_a_cancelled_copy_writes_nothing_and_the_next_enqueue_works(
-    pg_url: URL, settings: TaskQSettings, monkeypatch: pytest.MonkeyPatch, after_chunks: int
+    pg_url: URL,
+    settings: TaskQSettings,
+    monkeypatch: pytest.MonkeyPatch,
+    after_chunks: int,
+    bulk: bool,
 ) -> None:
     """Cancelled mid-COPY (between two buffers): the COPY is aborted and rolled back, the
-    connection is not reused in an unknown state."""
+    connection is not reused in an unknown state. Model payloads take the bulk encoding,
+    dict payloads (validated one by one) the per-request one."""
     sent = asyncio.Event()
     encoded: list[int] = []
 
     class Encoder(copy_queries.CopyEncoder):
         def encode(self, requests: Any) -> bytes:
-            encoded.append(len(requests))
+            self._count(len(requests))
+            return super().encode(requests)
+
+        def encode_bulk(self, ids: Any, documents: Any, tails: Any) -> bytes:
+            self._count(len(ids))
+            return super().encode_bulk(ids, documents, tails)
+
+        def _count(self, rows: int) -> None:
+            encoded.append(rows)
             if len(encoded) == after_chunks + 1:
                 sent.set()
-            return super().encode(requests)
 
     monkeypatch.setattr(copy_queries, "CopyEncoder", Encoder)
     async with TaskQ(pg_url, settings=settings) as tq:
         task = asyncio.create_task(
-            tq.jobs.enqueue_many([(copy_plain, Doc(n=i)) for i in range(4000)])
+            tq.jobs.enqueue_many(
+                [(copy_plain, Doc(n=i) if bulk else {"n": i}) for i in range(4000)]
+            )
         )
         await sent.wait()
         task.cancel()
@@ -608,6 +623,10 @@ def _chunk_calls() -> Iterator[list[int]]:
         def encode(self, requests: Any) -> bytes:
             calls[-1] += len(requests)
             return super().encode(requests)
+
+        def encode_bulk(self, ids: Any, documents: Any, tails: Any) -> bytes:
+            calls[-1] += len(ids)
+            return super().encode_bulk(ids, documents, tails)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(copy_queries, "CopyEncoder", Encoder)

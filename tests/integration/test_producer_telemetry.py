@@ -72,6 +72,24 @@ async def test_an_enqueue_is_a_span_and_its_job_continues_that_trace(
     assert record.status == "pending"
 
 
+@pytest.mark.parametrize("size", [3, COPY_MIN_ROWS], ids=["statement", "bulk-copy"])
+async def test_every_job_of_an_enqueue_many_continues_its_span(
+    pg_url: URL, settings: TaskQSettings, sdk: Otel, size: int
+) -> None:
+    """The jobs of a batch carry the ``taskq.enqueue`` span's context too (the actors'
+    templates are made inside it), whichever path writes them."""
+    tracer = trace.get_tracer("test")
+    async with TaskQ(pg_url, settings=settings) as tq:
+        with tracer.start_as_current_span("request"):
+            handles = await tq.jobs.enqueue_many([(otel_plain, Item(n=i)) for i in range(size)])
+        stored = [await _trace_context(tq, h.job_id) for h in (handles[0], handles[-1])]
+        record = await handles[-1].refresh()
+    [span] = _spans(sdk, "taskq.enqueue")
+    expected = ["00", f"{span.context.trace_id:032x}", f"{span.context.span_id:016x}"]
+    assert [context["traceparent"].split("-")[:3] for context in stored] == [expected] * 2
+    assert handles[-1].record == record
+
+
 async def _trace_context(tq: TaskQ, job_id: Any) -> dict[str, str]:
     async with tq.engine.connect() as conn:
         value: dict[str, str] = (

@@ -40,6 +40,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from taskq._acompat import ASYNC, asleep
 from taskq.backends.held import HeldConnections
+from taskq.bulk_rows import BulkOutcomes, BulkRows
 from taskq.db.dialect import advisory_xact_lock, traits, translate_error
 from taskq.db.engine import transaction
 from taskq.db.queries import copy_rows as cq
@@ -133,9 +134,9 @@ class SqlBackend:
             and all([req.uncapped_plain for req in requests])
         ):
             if len(requests) >= self.copy_min_rows:
-                outcomes = await self._enqueue_copy(RequestBatch.of(requests))
-                if outcomes is not None:
-                    return outcomes
+                copied = await self._enqueue_copy(RequestBatch.of(requests))
+                if copied is not None:
+                    return list(copied)
             if len(requests) <= _ROWS_PER_STATEMENT:
                 outcomes = await self._enqueue_plain(requests)
                 if outcomes is not None:
@@ -148,7 +149,7 @@ class SqlBackend:
         async with transaction(self.engine) as conn:
             return await self._enqueue_on(conn, requests)
 
-    async def enqueue_batch(self, batch: RequestBatch) -> list[EnqueueOutcome]:
+    async def enqueue_batch(self, batch: RequestBatch) -> Sequence[EnqueueOutcome]:
         """:meth:`enqueue` of ``batch.all()``; a large batch known to be plain is COPYed
         while its requests are made (:meth:`_enqueue_copy`)."""
         if batch.plain and self._doc_insert and batch.size >= self.copy_min_rows:
@@ -203,7 +204,7 @@ class SqlBackend:
             for req, source in zip(requests, sources, strict=True)
         ]
 
-    async def _enqueue_copy(self, batch: RequestBatch) -> list[EnqueueOutcome] | None:
+    async def _enqueue_copy(self, batch: RequestBatch) -> Sequence[EnqueueOutcome] | None:
         """Insert a plain batch with binary COPY in one transaction; ``None`` to fall back.
 
         On a held connection (:class:`~taskq.backends.held.HeldConnections`), after the same
@@ -360,7 +361,7 @@ class SqlBackend:
             return None  # the notifications queued are repeated, and folded, by the statement
         try:
             async with driver.cursor() as cursor, cursor.copy(self._copy_sql) as copy:
-                return await _write_rows(copy, RequestBatch.of(requests), now)
+                return list(await _write_rows(copy, RequestBatch.of(requests), now))
         except psycopg.Error as exc:
             raise await _driver_error(conn, driver, self._copy_sql, None, exc) from exc
 
@@ -512,7 +513,7 @@ async def _copy_on_driver(
     params: dict[str, Any],
     copy_sql: str,
     batch: RequestBatch,
-) -> list[EnqueueOutcome]:
+) -> list[EnqueueOutcome] | BulkOutcomes:
     """Write ``batch`` with binary COPY in one transaction on ``conn``'s psycopg
     connection (in autocommit: psycopg's ``transaction()`` sends BEGIN, then COMMIT, or
     ROLLBACK on any error) and return what each request did.
@@ -539,7 +540,9 @@ async def _copy_on_driver(
         raise await _driver_error(conn, driver, sql, shown, exc) from exc
 
 
-async def _write_rows(copy: Any, batch: RequestBatch, now: datetime) -> list[EnqueueOutcome]:
+async def _write_rows(
+    copy: Any, batch: RequestBatch, now: datetime
+) -> list[EnqueueOutcome] | BulkOutcomes:
     """Send the binary COPY data of ``batch``'s rows, made at the clock reading ``now``,
     to ``copy`` (a psycopg ``Copy``) and return what each request did (each row inserted).
 
@@ -550,6 +553,8 @@ async def _write_rows(copy: Any, batch: RequestBatch, now: datetime) -> list[Enq
     which aborts the COPY.
     """
     encoder = cq.CopyEncoder(now)
+    if batch.bulk is not None:
+        return await _write_bulk(copy, batch.bulk, encoder, now)
     outcomes: list[EnqueueOutcome] = []
     await copy.write(cq.COPY_HEADER)
     for chunk in batch.chunks(cq.COPY_ROWS_PER_WRITE, first=cq.COPY_FIRST_ROWS):
@@ -561,6 +566,25 @@ async def _write_rows(copy: Any, batch: RequestBatch, now: datetime) -> list[Enq
         ]
     await copy.write(cq.COPY_TRAILER)
     return outcomes
+
+
+async def _write_bulk(
+    copy: Any, rows: BulkRows, encoder: cq.CopyEncoder, now: datetime
+) -> BulkOutcomes:
+    """:func:`_write_rows` of a batch held column by column: each row is its id, its
+    payload and its template's other fields, encoded once (``row_tail``); the chunks as
+    :func:`_write_rows` sends them. Every job is inserted: one :class:`BulkOutcomes`."""
+    tails = [encoder.row_tail(template) for template in rows.templates]
+    await copy.write(cq.COPY_HEADER)
+    start, size = 0, cq.COPY_FIRST_ROWS
+    while start < rows.size:
+        stop = min(start + size, rows.size)
+        chunk_tails = [tails[t] for t in rows.template_indexes(start, stop)]
+        documents = rows.documents(start, stop)
+        await copy.write(encoder.encode_bulk(rows.ids[start:stop], documents, chunk_tails))
+        start, size = stop, cq.COPY_ROWS_PER_WRITE
+    await copy.write(cq.COPY_TRAILER)
+    return BulkOutcomes(rows, now)
 
 
 def _raise_translated(exc: DBAPIError) -> NoReturn:

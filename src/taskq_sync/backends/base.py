@@ -33,7 +33,7 @@ class Backend(Protocol):
         """Apply every request (all or nothing) and say what each one did."""
         ...
 
-    def enqueue_batch(self, batch: RequestBatch) -> list[EnqueueOutcome]:
+    def enqueue_batch(self, batch: RequestBatch) -> Sequence[EnqueueOutcome]:
         """:meth:`enqueue` of ``batch.all()`` outside any caller's transaction. A backend
         may write rows while later requests are still being made (``batch.chunks``): if
         making one raises, nothing is written and the error is raised."""

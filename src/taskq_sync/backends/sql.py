@@ -42,6 +42,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from taskq._acompat import sleep
+from taskq.bulk_rows import BulkOutcomes, BulkRows
 from taskq.db.dialect import advisory_xact_lock, traits, translate_error
 from taskq.db.queries import copy_rows as cq
 from taskq.db.queries import jobs as q
@@ -112,9 +113,9 @@ class SqlBackend:
             and all([req.uncapped_plain for req in requests])
         ):
             if len(requests) >= self.copy_min_rows:
-                outcomes = self._enqueue_copy(RequestBatch.of(requests))
-                if outcomes is not None:
-                    return outcomes
+                copied = self._enqueue_copy(RequestBatch.of(requests))
+                if copied is not None:
+                    return list(copied)
             if len(requests) <= _ROWS_PER_STATEMENT:
                 outcomes = self._enqueue_plain(requests)
                 if outcomes is not None:
@@ -127,7 +128,7 @@ class SqlBackend:
         with transaction(self.engine) as conn:
             return self._enqueue_on(conn, requests)
 
-    def enqueue_batch(self, batch: RequestBatch) -> list[EnqueueOutcome]:
+    def enqueue_batch(self, batch: RequestBatch) -> Sequence[EnqueueOutcome]:
         """:meth:`enqueue` of ``batch.all()``; a large batch known to be plain is COPYed
         while its requests are made (:meth:`_enqueue_copy`)."""
         if batch.plain and self._doc_insert and (batch.size >= self.copy_min_rows):
@@ -180,7 +181,7 @@ class SqlBackend:
             for req, source in zip(requests, sources, strict=True)
         ]
 
-    def _enqueue_copy(self, batch: RequestBatch) -> list[EnqueueOutcome] | None:
+    def _enqueue_copy(self, batch: RequestBatch) -> Sequence[EnqueueOutcome] | None:
         """Insert a plain batch with binary COPY in one transaction; ``None`` to fall back.
 
         On a held connection (:class:`~taskq.backends.held.HeldConnections`), after the same
@@ -337,7 +338,7 @@ class SqlBackend:
             return None
         try:
             with driver.cursor() as cursor, cursor.copy(self._copy_sql) as copy:
-                return _write_rows(copy, RequestBatch.of(requests), now)
+                return list(_write_rows(copy, RequestBatch.of(requests), now))
         except psycopg.Error as exc:
             raise _driver_error(conn, driver, self._copy_sql, None, exc) from exc
 
@@ -480,7 +481,7 @@ def _execute_on_driver(conn: Connection, sql: str, params: dict[str, Any]) -> li
 
 def _copy_on_driver(
     conn: Connection, clock_sql: str, params: dict[str, Any], copy_sql: str, batch: RequestBatch
-) -> list[EnqueueOutcome]:
+) -> list[EnqueueOutcome] | BulkOutcomes:
     """Write ``batch`` with binary COPY in one transaction on ``conn``'s psycopg
     connection (in autocommit: psycopg's ``transaction()`` sends BEGIN, then COMMIT, or
     ROLLBACK on any error) and return what each request did.
@@ -507,7 +508,9 @@ def _copy_on_driver(
         raise _driver_error(conn, driver, sql, shown, exc) from exc
 
 
-def _write_rows(copy: Any, batch: RequestBatch, now: datetime) -> list[EnqueueOutcome]:
+def _write_rows(
+    copy: Any, batch: RequestBatch, now: datetime
+) -> list[EnqueueOutcome] | BulkOutcomes:
     """Send the binary COPY data of ``batch``'s rows, made at the clock reading ``now``,
     to ``copy`` (a psycopg ``Copy``) and return what each request did (each row inserted).
 
@@ -518,6 +521,8 @@ def _write_rows(copy: Any, batch: RequestBatch, now: datetime) -> list[EnqueueOu
     which aborts the COPY.
     """
     encoder = cq.CopyEncoder(now)
+    if batch.bulk is not None:
+        return _write_bulk(copy, batch.bulk, encoder, now)
     outcomes: list[EnqueueOutcome] = []
     copy.write(cq.COPY_HEADER)
     for chunk in batch.chunks(cq.COPY_ROWS_PER_WRITE, first=cq.COPY_FIRST_ROWS):
@@ -529,6 +534,23 @@ def _write_rows(copy: Any, batch: RequestBatch, now: datetime) -> list[EnqueueOu
         ]
     copy.write(cq.COPY_TRAILER)
     return outcomes
+
+
+def _write_bulk(copy: Any, rows: BulkRows, encoder: cq.CopyEncoder, now: datetime) -> BulkOutcomes:
+    """:func:`_write_rows` of a batch held column by column: each row is its id, its
+    payload and its template's other fields, encoded once (``row_tail``); the chunks as
+    :func:`_write_rows` sends them. Every job is inserted: one :class:`BulkOutcomes`."""
+    tails = [encoder.row_tail(template) for template in rows.templates]
+    copy.write(cq.COPY_HEADER)
+    start, size = (0, cq.COPY_FIRST_ROWS)
+    while start < rows.size:
+        stop = min(start + size, rows.size)
+        chunk_tails = [tails[t] for t in rows.template_indexes(start, stop)]
+        documents = rows.documents(start, stop)
+        copy.write(encoder.encode_bulk(rows.ids[start:stop], documents, chunk_tails))
+        start, size = (stop, cq.COPY_ROWS_PER_WRITE)
+    copy.write(cq.COPY_TRAILER)
+    return BulkOutcomes(rows, now)
 
 
 def _raise_translated(exc: DBAPIError) -> NoReturn:

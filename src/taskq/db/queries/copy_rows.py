@@ -18,6 +18,7 @@ import struct
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from uuid import UUID
 
 from pydantic_core import to_json
 from sqlalchemy import ARRAY, Text, bindparam, cast, column, func, select
@@ -262,21 +263,56 @@ class CopyEncoder:
             if shape is None:
                 shape = shapes[key] = _shape(req, created)
             put(shape)
-            if req.status == "pending" and req.schedule_to_close_s is None:
-                put(self._runs_now)
-            else:
-                put(_timing(req, now_us))
-            if (
-                req.identity_key is None
-                and not req.tags
-                and not req.metadata
-                and req.trace_context is None
-                and req.parent_job_id is None
-            ):
-                put(self._no_extras)
-            else:
-                put(_extras(req))
+            put(self._runs_now if _is_run_now(req) else _timing(req, now_us))
+            put(self._no_extras if _has_no_extras(req) else _extras(req))
         return b"".join(out)
+
+    def row_tail(self, template: EnqueueRequest) -> bytes:
+        """Every field of a row of ``template``'s after its id and payload: what each job
+        of a bulk batch shares with its actor's template (:meth:`encode_bulk`)."""
+        return b"".join(
+            (
+                _shape(template, self._created),
+                self._runs_now if _is_run_now(template) else _timing(template, self._now_us),
+                self._no_extras if _has_no_extras(template) else _extras(template),
+            )
+        )
+
+    def encode_bulk(
+        self,
+        ids: Sequence[UUID],
+        documents: Sequence[Any],
+        tails: Sequence[bytes],
+    ) -> bytes:
+        """The rows of a chunk of :class:`~taskq.bulk_rows.BulkRows`: row ``i`` is
+        ``ids[i]``, the payload ``documents[i]`` and ``tails[i]`` (its template's
+        :meth:`row_tail`). The same bytes :meth:`encode` makes of the rows' requests."""
+        out: list[bytes] = []
+        put = out.append
+        for job_id, document, tail in zip(ids, documents, tails, strict=True):
+            raw = to_json(document)
+            put(_ROW_START)
+            put(job_id.bytes)
+            put(_JSONB_START(len(raw) + 1, 1))
+            put(raw)
+            put(tail)
+        return b"".join(out)
+
+
+def _is_run_now(req: EnqueueRequest) -> bool:
+    """The row's timing fields are the encoder's ``_runs_now``: pending, no deadline."""
+    return req.status == "pending" and req.schedule_to_close_s is None
+
+
+def _has_no_extras(req: EnqueueRequest) -> bool:
+    """The row's last fields are the encoder's ``_no_extras``: all unset."""
+    return (
+        req.identity_key is None
+        and not req.tags
+        and not req.metadata
+        and req.trace_context is None
+        and req.parent_job_id is None
+    )
 
 
 def check_encodable(requests: Sequence[EnqueueRequest], now: datetime) -> None:
@@ -285,7 +321,7 @@ def check_encodable(requests: Sequence[EnqueueRequest], now: datetime) -> None:
     transaction, which an aborted COPY would abort, before any row is sent."""
     now_us = _micros(now)
     for req in requests:
-        if req.status != "pending" or req.schedule_to_close_s is not None:
+        if not _is_run_now(req):
             _when(req, now_us)
 
 
@@ -302,7 +338,7 @@ def copied_records(requests: Sequence[EnqueueRequest], now: datetime) -> list[Re
     now_us = _micros(now)
     out: list[RecordSource] = []
     for req in requests:
-        if req.status == "pending" and req.schedule_to_close_s is None:
+        if _is_run_now(req):
             out.append(InsertedRecord(req, now, None, now))
             continue
         scheduled, deadline = _when(req, now_us)

@@ -1,0 +1,195 @@
+"""``BulkRows``: an ``enqueue_many`` of ``(actor, model)`` pairs held column by column.
+
+When every item of an ``enqueue_many`` is an ``(actor, payload)`` pair, its payload an
+instance of exactly the actor's model (nothing to validate) and the actor plain and
+uncapped (nothing to check), each job differs from its actor's template
+(:func:`~taskq.records.request_template`) only by its id and its payload. ``BulkRows``
+holds those two columns and the templates. A backend that writes columns (the Postgres
+``COPY``) writes each row as id, payload and its template's other fields, encoded once
+per batch, and answers with :class:`BulkOutcomes`: the ids and one :class:`BulkRecords`
+for the whole batch.
+
+The other paths build a request, an outcome and a record factory per job, and keep each
+one alive until the handles go. That is about three times the client's work per job, and
+every object kept alive is work for the cyclic garbage collector. Any backend can still
+ask for the requests (:meth:`BulkRows.requests`), with the same ids and payloads.
+
+Pure: the async and the generated sync code share it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Any, overload
+from uuid import UUID
+
+from taskq.records import (
+    EnqueueOutcome,
+    EnqueueRequest,
+    JobRecord,
+    SharedRecords,
+    request_like,
+)
+
+__all__ = ["BulkOutcomes", "BulkRecords", "BulkRows", "DumpPayloads"]
+
+DumpPayloads = Callable[[Sequence[Any]], list[dict[str, Any]]]
+"""An actor's :meth:`~taskq.actor.ActorRef.dump_payloads`: the JSON documents of models."""
+
+
+class BulkRows:
+    """``len(ids)`` jobs: job ``i`` has id ``ids[i]``, the payload ``models[i]`` and every
+    other column of ``templates[which[i]]`` (of ``templates[0]`` when ``which`` is
+    ``None``). ``dumps[t]`` dumps the models of template ``t``'s actor.
+
+    Payload documents are dumped in order, on demand (:meth:`documents`), each exactly
+    once, so a backend that streams rows dumps them a chunk at a time.
+    """
+
+    __slots__ = ("_dumps", "_models", "documents_made", "ids", "templates", "which")
+
+    def __init__(
+        self,
+        models: Sequence[Any],
+        ids: list[UUID],
+        templates: Sequence[EnqueueRequest],
+        dumps: Sequence[DumpPayloads],
+        which: list[int] | None = None,
+    ) -> None:
+        if len(ids) != len(models) or (which is not None and len(which) != len(models)):
+            raise ValueError("BulkRows: one id (and one template index) per model")
+        self._models = models
+        self._dumps = dumps
+        self.ids = ids
+        self.templates = tuple(templates)
+        self.which = which
+        self.documents_made: list[dict[str, Any]] = []
+        """The payload documents dumped so far, in order."""
+
+    @property
+    def size(self) -> int:
+        """How many jobs."""
+        return len(self.ids)
+
+    def template_indexes(self, start: int, stop: int) -> Sequence[int]:
+        """The template index of rows ``start`` to ``stop - 1``."""
+        which = self.which
+        return [0] * (stop - start) if which is None else which[start:stop]
+
+    def documents(self, start: int, stop: int) -> list[dict[str, Any]]:
+        """The payload documents of rows ``start`` to ``stop - 1``, dumping those not
+        dumped yet (one call per actor). Whatever dumping raises is raised here, and the
+        documents before it stay made."""
+        made = self.documents_made
+        if stop > len(made):
+            begin = len(made)
+            if self.which is None or len(self.templates) == 1:
+                made += self._dumps[0](self._models[begin:stop])
+            else:
+                made += self._dump_grouped(begin, stop)
+            self._models_done(stop)
+        return made[start:stop]
+
+    def _dump_grouped(self, begin: int, stop: int) -> list[dict[str, Any]]:
+        groups: dict[int, list[int]] = {}
+        for row, template in enumerate(self.template_indexes(begin, stop), begin):
+            groups.setdefault(template, []).append(row)
+        out: list[dict[str, Any]] = [{}] * (stop - begin)
+        for template, rows in groups.items():
+            dumped = self._dumps[template]([self._models[row] for row in rows])
+            for row, document in zip(rows, dumped, strict=True):
+                out[row - begin] = document
+        return out
+
+    def _models_done(self, stop: int) -> None:
+        if stop == len(self.ids):  # every document is made: let the models go
+            self._models = ()
+
+    def requests(self, start: int, stop: int) -> list[EnqueueRequest]:
+        """The requests of rows ``start`` to ``stop - 1``, as the other paths insert them."""
+        templates = self.templates
+        return [
+            request_like(templates[t], document, job_id)
+            for t, document, job_id in zip(
+                self.template_indexes(start, stop),
+                self.documents(start, stop),
+                self.ids[start:stop],
+                strict=True,
+            )
+        ]
+
+    def counts(self) -> dict[tuple[str, str], int]:
+        """How many jobs per ``(actor, queue)``."""
+        if self.which is None:
+            first = self.templates[0]
+            return {(first.actor, first.queue): self.size}
+        counts: Counter[tuple[str, str]] = Counter()
+        for t, n in Counter(self.which).items():
+            counts[self.templates[t].actor, self.templates[t].queue] += n
+        return dict(counts)
+
+
+class BulkRecords(SharedRecords):
+    """The job records of rows written from :class:`BulkRows` at the store's clock reading
+    ``now`` (pending, to run now, no deadline): one object for the whole batch, each
+    record built when its handle first asks. Each equals a re-read of its row, as
+    :func:`~taskq.db.queries.copy_rows.copied_records`' do."""
+
+    __slots__ = ("_documents", "_ids", "_index", "_now", "_templates", "_which")
+
+    def __init__(self, rows: BulkRows, now: datetime) -> None:
+        # the columns only, not the rows (whose models are the caller's)
+        self._ids = rows.ids
+        self._documents = rows.documents(0, rows.size)
+        self._templates = rows.templates
+        self._which = rows.which
+        self._now = now.astimezone(UTC)
+        self._index: dict[UUID, int] | None = None
+
+    def record_of(self, job_id: UUID) -> JobRecord:
+        """The record of the job ``job_id`` (``KeyError`` if it is not one of the batch)."""
+        index = self._index
+        if index is None:
+            index = self._index = {job: row for row, job in enumerate(self._ids)}
+        row = index[job_id]
+        template = self._templates[0 if self._which is None else self._which[row]]
+        request = request_like(template, self._documents[row], job_id)
+        return JobRecord.inserted(
+            request, scheduled_at=self._now, deadline_at=None, created_at=self._now
+        )
+
+
+class BulkOutcomes(Sequence[EnqueueOutcome]):
+    """What a bulk write did: every job inserted, ids in order (``job_ids``), records from
+    one :class:`BulkRecords`. Indexing builds an :class:`~taskq.records.EnqueueOutcome`;
+    ``JobsClient`` reads ``job_ids`` and ``records`` instead."""
+
+    __slots__ = ("counts", "job_ids", "records")
+
+    def __init__(self, rows: BulkRows, now: datetime) -> None:
+        self.job_ids = rows.ids
+        self.records = BulkRecords(rows, now)
+        self.counts = rows.counts()
+        """How many jobs per ``(actor, queue)``, every one created."""
+
+    def __len__(self) -> int:
+        return len(self.job_ids)
+
+    @overload
+    def __getitem__(self, index: int) -> EnqueueOutcome: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[EnqueueOutcome]: ...
+
+    def __getitem__(self, index: int | slice) -> EnqueueOutcome | Sequence[EnqueueOutcome]:
+        if isinstance(index, slice):
+            return [self._outcome(job_id) for job_id in self.job_ids[index]]
+        return self._outcome(self.job_ids[index])
+
+    def __iter__(self) -> Iterator[EnqueueOutcome]:
+        return (self._outcome(job_id) for job_id in self.job_ids)
+
+    def _outcome(self, job_id: UUID) -> EnqueueOutcome:
+        return EnqueueOutcome(self.records, job_id=job_id)

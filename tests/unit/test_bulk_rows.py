@@ -1,0 +1,188 @@
+"""``BulkRows`` (an ``enqueue_many`` of model pairs held column by column), its records and
+outcomes, and its COPY encoding, checked against the per-request path they stand for."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from taskq import actor
+from taskq._ids import new_job_ids
+from taskq.bulk_rows import BulkOutcomes, BulkRows
+from taskq.db.queries import copy_rows as q
+from taskq.records import (
+    EnqueueOutcome,
+    EnqueueRequest,
+    JobRecord,
+    build_request,
+    request_template,
+)
+
+NOW = datetime(2026, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
+
+
+class Doc(BaseModel):
+    n: int
+    text: str = "é\\\t\"'"
+
+
+@actor(name="bulk_a", queue="bulk_q", priority=3, start_to_close=timedelta(seconds=7))
+async def bulk_a(payload: Doc) -> None: ...
+
+
+@actor(name="bulk_b")
+async def bulk_b(payload: Doc) -> Doc:
+    return payload
+
+
+class Dumps:
+    """An actor's ``dump_payloads`` that records how many models each call dumped."""
+
+    def __init__(self, ref: Any) -> None:
+        self.ref = ref
+        self.calls: list[int] = []
+
+    def __call__(self, models: Any) -> list[dict[str, Any]]:
+        self.calls.append(len(models))
+        dumped: list[dict[str, Any]] = self.ref.dump_payloads(models)
+        return dumped
+
+
+def _two_actor_rows(size: int) -> tuple[BulkRows, list[Doc], list[Any], list[Dumps]]:
+    """Rows alternating a, a, b; with the models, the actor of each row and the dumps."""
+    refs: list[Any] = [bulk_b if i % 3 == 2 else bulk_a for i in range(size)]
+    models = [Doc(n=i) for i in range(size)]
+    dumps = [Dumps(bulk_a), Dumps(bulk_b)]
+    templates = [request_template(bulk_a), request_template(bulk_b)]
+    which = [1 if ref is bulk_b else 0 for ref in refs]
+    return BulkRows(models, new_job_ids(size), templates, dumps, which), models, refs, dumps
+
+
+def _as_built(ref: Any, model: Doc, job_id: Any) -> EnqueueRequest:
+    """The request ``enqueue`` builds for ``model`` (every option checked one by one)."""
+    return build_request(ref, model, job_id=job_id)
+
+
+def test_requests_are_the_ones_build_request_makes_with_the_same_ids() -> None:
+    rows, models, refs, _ = _two_actor_rows(10)
+    made = rows.requests(0, 4) + rows.requests(4, 10)
+    assert made == [
+        _as_built(ref, model, job_id)
+        for ref, model, job_id in zip(refs, models, rows.ids, strict=True)
+    ]
+
+
+def test_documents_are_dumped_once_in_order_one_call_per_actor_and_chunk() -> None:
+    rows, models, _, dumps = _two_actor_rows(9)
+    assert rows.documents(0, 3) == [m.model_dump(mode="json") for m in models[:3]]
+    assert [d.calls for d in dumps] == [[2], [1]]
+    assert rows.documents(1, 2) == [models[1].model_dump(mode="json")]  # nothing dumped again
+    assert rows.documents(0, 9) == [m.model_dump(mode="json") for m in models]
+    assert [d.calls for d in dumps] == [[2, 4], [1, 2]]
+    assert rows.requests(0, 9)[8].payload == {"n": 8, "text": models[8].text}
+    assert [d.calls for d in dumps] == [[2, 4], [1, 2]]
+
+
+def test_one_actor_needs_no_template_index() -> None:
+    models = [Doc(n=i) for i in range(5)]
+    dumps = Dumps(bulk_a)
+    rows = BulkRows(models, new_job_ids(5), [request_template(bulk_a)], [dumps])
+    assert rows.template_indexes(1, 4) == [0, 0, 0]
+    assert rows.counts() == {("bulk_a", "bulk_q"): 5}
+    assert [r.actor for r in rows.requests(0, 5)] == ["bulk_a"] * 5
+    assert dumps.calls == [5]
+
+
+def test_counts_per_actor_and_queue() -> None:
+    rows, *_ = _two_actor_rows(10)
+    assert rows.counts() == {("bulk_a", "bulk_q"): 7, ("bulk_b", "default"): 3}
+
+
+def test_rows_need_one_id_and_one_template_index_per_model() -> None:
+    template = [request_template(bulk_a)]
+    with pytest.raises(ValueError, match="one id"):
+        BulkRows([Doc(n=1)], new_job_ids(2), template, [bulk_a.dump_payloads])
+    with pytest.raises(ValueError, match="one id"):
+        BulkRows([Doc(n=1)], new_job_ids(1), template, [bulk_a.dump_payloads], which=[0, 0])
+
+
+def test_a_failing_dump_keeps_the_documents_before_it() -> None:
+    calls = 0
+
+    def dump(models: Any) -> list[dict[str, Any]]:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise RuntimeError("cannot serialise")
+        dumped: list[dict[str, Any]] = bulk_a.dump_payloads(models)
+        return dumped
+
+    models = [Doc(n=i) for i in range(6)]
+    rows = BulkRows(models, new_job_ids(6), [request_template(bulk_a)], [dump])
+    assert len(rows.documents(0, 2)) == 2
+    with pytest.raises(RuntimeError, match="cannot serialise"):
+        rows.documents(2, 6)
+    assert len(rows.documents_made) == 2
+
+
+def test_bulk_encoding_is_the_per_request_encoding() -> None:
+    """The same bytes as the encoder makes of the requests the rows stand for, for two
+    actors with different shapes, in chunks."""
+    rows, _, _, _ = _two_actor_rows(12)
+    requests = rows.requests(0, 12)
+    encoder = q.CopyEncoder(NOW)
+    tails = [encoder.row_tail(t) for t in rows.templates]
+    bulk = b"".join(
+        encoder.encode_bulk(
+            rows.ids[start:stop],
+            rows.documents(start, stop),
+            [tails[t] for t in rows.template_indexes(start, stop)],
+        )
+        for start, stop in ((0, 5), (5, 12))
+    )
+    assert bulk == q.CopyEncoder(NOW).encode(requests)
+
+
+def test_a_template_with_a_trace_context_encodes_it_in_every_row() -> None:
+    template = request_template(bulk_a)
+    template.trace_context = {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}
+    rows = BulkRows([Doc(n=1), Doc(n=2)], new_job_ids(2), [template], [bulk_a.dump_payloads])
+    encoder = q.CopyEncoder(NOW)
+    tail = encoder.row_tail(template)
+    data = encoder.encode_bulk(rows.ids, rows.documents(0, 2), [tail, tail])
+    assert data == q.CopyEncoder(NOW).encode(rows.requests(0, 2))
+    assert b"traceparent" in data
+
+
+def test_outcomes_and_records_are_what_copied_records_give() -> None:
+    rows, *_ = _two_actor_rows(7)
+    outcomes = BulkOutcomes(rows, NOW)
+    expected = q.copied_records(rows.requests(0, 7), NOW)
+    assert len(outcomes) == 7
+    assert outcomes.job_ids == rows.ids
+    assert outcomes.counts == rows.counts()
+    for outcome, source, job_id in zip(outcomes, expected, rows.ids, strict=True):
+        assert isinstance(outcome, EnqueueOutcome)
+        assert outcome.job_id == job_id
+        assert not outcome.was_existing
+        assert not outcome.deduplicated_onto_terminal
+        assert callable(source)
+        assert outcome.record == source()
+        assert isinstance(outcome.record, JobRecord)
+    assert [o.job_id for o in outcomes[2:5]] == rows.ids[2:5]
+    assert outcomes[-1].record.actor == "bulk_a"
+    assert outcomes.records.record_of(rows.ids[2]).actor == "bulk_b"
+    with pytest.raises(KeyError):
+        outcomes.records.record_of(new_job_ids(1)[0])
+
+
+def test_records_keep_the_documents_not_the_callers_models() -> None:
+    """A model changed after the enqueue does not change the record of what was written."""
+    rows, models, _, _ = _two_actor_rows(3)
+    outcomes = BulkOutcomes(rows, NOW)
+    models[0].n = 1000
+    assert outcomes[0].record.payload["n"] == 0
+    assert outcomes[0].record.created_at == NOW == outcomes[0].record.scheduled_at
