@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from typing import Any, overload
 from uuid import UUID
 
+from taskq._ids import new_job_ids
 from taskq.records import (
     EnqueueOutcome,
     EnqueueRequest,
@@ -40,57 +41,76 @@ DumpPayloads = Callable[[Sequence[Any]], list[dict[str, Any]]]
 
 
 class BulkRows:
-    """``len(ids)`` jobs: job ``i`` has id ``ids[i]``, the payload ``models[i]`` and every
-    other column of ``templates[which[i]]`` (of ``templates[0]`` when ``which`` is
-    ``None``). ``dumps[t]`` dumps the models of template ``t``'s actor.
+    """``size`` jobs: job ``i`` has the payload ``models[i]`` and every other column of
+    ``templates[which[i]]`` (of ``templates[0]`` when ``which`` is ``None``); ``dumps[t]``
+    dumps the models of template ``t``'s actor.
 
-    Payload documents are dumped in order, on demand (:meth:`documents`), each exactly
-    once, so a backend that streams rows dumps them a chunk at a time.
+    The ids and the payload documents are made in order, on demand (:meth:`make`), each
+    exactly once, so a backend that streams rows makes them a chunk at a time while the
+    server inserts the chunk before. ``records`` is the batch's one record source, ready
+    once a backend has written the rows (:class:`BulkOutcomes`). ``after_sent``, if set,
+    is called once by a backend that has sent every row and waits for the server: a
+    client builds what it returns then, instead of after the commit.
     """
 
-    __slots__ = ("_dumps", "_models", "documents_made", "ids", "templates", "which")
+    __slots__ = (
+        "_dumps",
+        "_models",
+        "after_sent",
+        "documents_made",
+        "ids",
+        "records",
+        "size",
+        "templates",
+        "which",
+    )
 
     def __init__(
         self,
         models: Sequence[Any],
-        ids: list[UUID],
         templates: Sequence[EnqueueRequest],
         dumps: Sequence[DumpPayloads],
         which: list[int] | None = None,
     ) -> None:
-        if len(ids) != len(models) or (which is not None and len(which) != len(models)):
-            raise ValueError("BulkRows: one id (and one template index) per model")
+        if which is not None and len(which) != len(models):
+            raise ValueError("BulkRows: one template index per model")
         self._models = models
         self._dumps = dumps
-        self.ids = ids
+        self.size = len(models)
         self.templates = tuple(templates)
         self.which = which
+        self.ids: list[UUID] = []
+        """The job ids made so far, in order (time-ordered, as ``new_job_ids`` makes them)."""
         self.documents_made: list[dict[str, Any]] = []
         """The payload documents dumped so far, in order."""
-
-    @property
-    def size(self) -> int:
-        """How many jobs."""
-        return len(self.ids)
+        self.records = BulkRecords(self)
+        self.after_sent: Callable[[], object] | None = None
 
     def template_indexes(self, start: int, stop: int) -> Sequence[int]:
         """The template index of rows ``start`` to ``stop - 1``."""
         which = self.which
         return [0] * (stop - start) if which is None else which[start:stop]
 
+    def make(self, stop: int) -> None:
+        """Make the ids and payload documents of every row before ``stop`` not made yet
+        (one dump call per actor). Whatever dumping raises is raised here, and the rows
+        before the chunk it failed in stay made."""
+        begin = len(self.documents_made)
+        if stop <= begin:
+            return
+        if self.which is None or len(self.templates) == 1:
+            documents = self._dumps[0](self._models[begin:stop])
+        else:
+            documents = self._dump_grouped(begin, stop)
+        self.documents_made += documents
+        self.ids += new_job_ids(stop - begin)
+        if stop == self.size:  # every row is made: let the caller's models go
+            self._models = ()
+
     def documents(self, start: int, stop: int) -> list[dict[str, Any]]:
-        """The payload documents of rows ``start`` to ``stop - 1``, dumping those not
-        dumped yet (one call per actor). Whatever dumping raises is raised here, and the
-        documents before it stay made."""
-        made = self.documents_made
-        if stop > len(made):
-            begin = len(made)
-            if self.which is None or len(self.templates) == 1:
-                made += self._dumps[0](self._models[begin:stop])
-            else:
-                made += self._dump_grouped(begin, stop)
-            self._models_done(stop)
-        return made[start:stop]
+        """The payload documents of rows ``start`` to ``stop - 1`` (:meth:`make` first)."""
+        self.make(stop)
+        return self.documents_made[start:stop]
 
     def _dump_grouped(self, begin: int, stop: int) -> list[dict[str, Any]]:
         groups: dict[int, list[int]] = {}
@@ -102,10 +122,6 @@ class BulkRows:
             for row, document in zip(rows, dumped, strict=True):
                 out[row - begin] = document
         return out
-
-    def _models_done(self, stop: int) -> None:
-        if stop == len(self.ids):  # every document is made: let the models go
-            self._models = ()
 
     def requests(self, start: int, stop: int) -> list[EnqueueRequest]:
         """The requests of rows ``start`` to ``stop - 1``, as the other paths insert them."""
@@ -120,6 +136,12 @@ class BulkRows:
             )
         ]
 
+    def sent(self) -> None:
+        """Every row is sent (a backend's call): run ``after_sent`` once."""
+        hook, self.after_sent = self.after_sent, None  # no cycle through the hook's closure
+        if hook is not None:
+            hook()
+
     def counts(self) -> dict[tuple[str, str], int]:
         """How many jobs per ``(actor, queue)``."""
         if self.which is None:
@@ -132,33 +154,34 @@ class BulkRows:
 
 
 class BulkRecords(SharedRecords):
-    """The job records of rows written from :class:`BulkRows` at the store's clock reading
-    ``now`` (pending, to run now, no deadline): one object for the whole batch, each
-    record built when its handle first asks. Each equals a re-read of its row, as
-    :func:`~taskq.db.queries.copy_rows.copied_records`' do."""
+    """The job records of the rows of a :class:`BulkRows` once a backend has written them
+    at the store's clock reading ``now`` (pending, to run now, no deadline): one object
+    for the whole batch, each record built when its handle first asks. Each equals a
+    re-read of its row, as :func:`~taskq.db.queries.copy_rows.copied_records`' do."""
 
-    __slots__ = ("_documents", "_ids", "_index", "_now", "_templates", "_which")
+    __slots__ = ("_index", "_now", "_rows")
 
-    def __init__(self, rows: BulkRows, now: datetime) -> None:
-        # the columns only, not the rows (whose models are the caller's)
-        self._ids = rows.ids
-        self._documents = rows.documents(0, rows.size)
-        self._templates = rows.templates
-        self._which = rows.which
-        self._now = now.astimezone(UTC)
+    def __init__(self, rows: BulkRows) -> None:
+        self._rows = rows
+        self._now: datetime | None = None
         self._index: dict[UUID, int] | None = None
+
+    def written(self, now: datetime) -> None:
+        """The rows were written at the clock reading ``now``."""
+        self._now = now.astimezone(UTC)
 
     def record_of(self, job_id: UUID) -> JobRecord:
         """The record of the job ``job_id`` (``KeyError`` if it is not one of the batch)."""
+        rows, now = self._rows, self._now
+        if now is None:
+            raise RuntimeError("BulkRecords: the rows have not been written")
         index = self._index
         if index is None:
-            index = self._index = {job: row for row, job in enumerate(self._ids)}
+            index = self._index = {job: row for row, job in enumerate(rows.ids)}
         row = index[job_id]
-        template = self._templates[0 if self._which is None else self._which[row]]
-        request = request_like(template, self._documents[row], job_id)
-        return JobRecord.inserted(
-            request, scheduled_at=self._now, deadline_at=None, created_at=self._now
-        )
+        template = rows.templates[0 if rows.which is None else rows.which[row]]
+        request = request_like(template, rows.documents_made[row], job_id)
+        return JobRecord.inserted(request, scheduled_at=now, deadline_at=None, created_at=now)
 
 
 class BulkOutcomes(Sequence[EnqueueOutcome]):
@@ -169,8 +192,10 @@ class BulkOutcomes(Sequence[EnqueueOutcome]):
     __slots__ = ("counts", "job_ids", "records")
 
     def __init__(self, rows: BulkRows, now: datetime) -> None:
+        rows.make(rows.size)
+        rows.records.written(now)
         self.job_ids = rows.ids
-        self.records = BulkRecords(rows, now)
+        self.records = rows.records
         self.counts = rows.counts()
         """How many jobs per ``(actor, queue)``, every one created."""
 

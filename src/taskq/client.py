@@ -140,24 +140,28 @@ class JobsClient:
         with enqueue_span((), len(items)) as span:
             batch = made.batch()  # in the span: the jobs carry its trace context
             stamp_actors(span, batch.actors)
+            bulk = batch.bulk
+            handles: list[JobHandle[Any]] = []
+            if bulk is not None:  # made while the server inserts the last rows
+                bulk.after_sent = lambda: handles.extend(self._bulk_handles(made.refs, bulk))
             if connection is None:
                 outcomes = await self.backend.enqueue_batch(batch)
             else:
                 outcomes = await self.backend.enqueue(batch.all(), connection=connection)
-            if isinstance(outcomes, BulkOutcomes):
+            if isinstance(outcomes, BulkOutcomes) and bulk is not None:
                 record_bulk_enqueued(span, outcomes.counts)
-                return self._bulk_handles(made.refs, outcomes)
+                return handles or self._bulk_handles(made.refs, bulk)
             record_enqueued(span, batch.made, outcomes)
         return [self._handle(ref, out) for ref, out in zip(made.refs, outcomes, strict=True)]
 
     def _bulk_handles(
-        self, refs: Sequence[ActorRef[Any, Any]], outcomes: BulkOutcomes
+        self, refs: Sequence[ActorRef[Any, Any]], rows: BulkRows
     ) -> list[JobHandle[Any]]:
         """One handle per job of a bulk write, all sharing its records."""
-        backend, records = self.backend, outcomes.records
+        backend, records = self.backend, rows.records
         return [
             JobHandle(backend, job_id, result_adapter=ref.result_adapter, record=records)
-            for ref, job_id in zip(refs, outcomes.job_ids, strict=True)
+            for ref, job_id in zip(refs, rows.ids, strict=True)
         ]
 
     async def get(
@@ -289,7 +293,7 @@ class _Items:
             index = {id(ref): i for i, ref in enumerate(actors)}
             which = [index[id(ref)] for ref in self.refs]
         dumps = [ref.dump_payloads for ref in actors]
-        return BulkRows(models, new_job_ids(len(models)), templates, dumps, which)
+        return BulkRows(models, templates, dumps, which)
 
     def _template(self, ref: ActorRef[Any, Any]) -> EnqueueRequest:
         template = self._templates.get(id(ref))

@@ -58,7 +58,7 @@ def _two_actor_rows(size: int) -> tuple[BulkRows, list[Doc], list[Any], list[Dum
     dumps = [Dumps(bulk_a), Dumps(bulk_b)]
     templates = [request_template(bulk_a), request_template(bulk_b)]
     which = [1 if ref is bulk_b else 0 for ref in refs]
-    return BulkRows(models, new_job_ids(size), templates, dumps, which), models, refs, dumps
+    return BulkRows(models, templates, dumps, which), models, refs, dumps
 
 
 def _as_built(ref: Any, model: Doc, job_id: Any) -> EnqueueRequest:
@@ -69,6 +69,8 @@ def _as_built(ref: Any, model: Doc, job_id: Any) -> EnqueueRequest:
 def test_requests_are_the_ones_build_request_makes_with_the_same_ids() -> None:
     rows, models, refs, _ = _two_actor_rows(10)
     made = rows.requests(0, 4) + rows.requests(4, 10)
+    assert len(rows.ids) == 10
+    assert rows.ids == sorted(rows.ids)  # time-ordered across chunks
     assert made == [
         _as_built(ref, model, job_id)
         for ref, model, job_id in zip(refs, models, rows.ids, strict=True)
@@ -89,7 +91,7 @@ def test_documents_are_dumped_once_in_order_one_call_per_actor_and_chunk() -> No
 def test_one_actor_needs_no_template_index() -> None:
     models = [Doc(n=i) for i in range(5)]
     dumps = Dumps(bulk_a)
-    rows = BulkRows(models, new_job_ids(5), [request_template(bulk_a)], [dumps])
+    rows = BulkRows(models, [request_template(bulk_a)], [dumps])
     assert rows.template_indexes(1, 4) == [0, 0, 0]
     assert rows.counts() == {("bulk_a", "bulk_q"): 5}
     assert [r.actor for r in rows.requests(0, 5)] == ["bulk_a"] * 5
@@ -101,12 +103,10 @@ def test_counts_per_actor_and_queue() -> None:
     assert rows.counts() == {("bulk_a", "bulk_q"): 7, ("bulk_b", "default"): 3}
 
 
-def test_rows_need_one_id_and_one_template_index_per_model() -> None:
+def test_rows_need_one_template_index_per_model() -> None:
     template = [request_template(bulk_a)]
-    with pytest.raises(ValueError, match="one id"):
-        BulkRows([Doc(n=1)], new_job_ids(2), template, [bulk_a.dump_payloads])
-    with pytest.raises(ValueError, match="one id"):
-        BulkRows([Doc(n=1)], new_job_ids(1), template, [bulk_a.dump_payloads], which=[0, 0])
+    with pytest.raises(ValueError, match="one template index"):
+        BulkRows([Doc(n=1)], template, [bulk_a.dump_payloads], which=[0, 0])
 
 
 def test_a_failing_dump_keeps_the_documents_before_it() -> None:
@@ -121,11 +121,11 @@ def test_a_failing_dump_keeps_the_documents_before_it() -> None:
         return dumped
 
     models = [Doc(n=i) for i in range(6)]
-    rows = BulkRows(models, new_job_ids(6), [request_template(bulk_a)], [dump])
+    rows = BulkRows(models, [request_template(bulk_a)], [dump])
     assert len(rows.documents(0, 2)) == 2
     with pytest.raises(RuntimeError, match="cannot serialise"):
         rows.documents(2, 6)
-    assert len(rows.documents_made) == 2
+    assert len(rows.documents_made) == len(rows.ids) == 2
 
 
 def test_bulk_encoding_is_the_per_request_encoding() -> None:
@@ -138,7 +138,7 @@ def test_bulk_encoding_is_the_per_request_encoding() -> None:
     bulk = b"".join(
         encoder.encode_bulk(
             rows.ids[start:stop],
-            rows.documents(start, stop),
+            rows.documents_made[start:stop],
             [tails[t] for t in rows.template_indexes(start, stop)],
         )
         for start, stop in ((0, 5), (5, 12))
@@ -149,17 +149,20 @@ def test_bulk_encoding_is_the_per_request_encoding() -> None:
 def test_a_template_with_a_trace_context_encodes_it_in_every_row() -> None:
     template = request_template(bulk_a)
     template.trace_context = {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}
-    rows = BulkRows([Doc(n=1), Doc(n=2)], new_job_ids(2), [template], [bulk_a.dump_payloads])
+    rows = BulkRows([Doc(n=1), Doc(n=2)], [template], [bulk_a.dump_payloads])
     encoder = q.CopyEncoder(NOW)
     tail = encoder.row_tail(template)
-    data = encoder.encode_bulk(rows.ids, rows.documents(0, 2), [tail, tail])
+    documents = rows.documents(0, 2)
+    data = encoder.encode_bulk(rows.ids, documents, [tail, tail])
     assert data == q.CopyEncoder(NOW).encode(rows.requests(0, 2))
     assert b"traceparent" in data
 
 
 def test_outcomes_and_records_are_what_copied_records_give() -> None:
     rows, *_ = _two_actor_rows(7)
-    outcomes = BulkOutcomes(rows, NOW)
+    with pytest.raises(RuntimeError, match="not been written"):
+        rows.records.record_of(new_job_ids(1)[0])
+    outcomes = BulkOutcomes(rows, NOW)  # makes what was not made yet
     expected = q.copied_records(rows.requests(0, 7), NOW)
     assert len(outcomes) == 7
     assert outcomes.job_ids == rows.ids
@@ -186,3 +189,14 @@ def test_records_keep_the_documents_not_the_callers_models() -> None:
     models[0].n = 1000
     assert outcomes[0].record.payload["n"] == 0
     assert outcomes[0].record.created_at == NOW == outcomes[0].record.scheduled_at
+
+
+def test_the_after_sent_hook_runs_once_and_is_let_go() -> None:
+    rows, *_ = _two_actor_rows(4)
+    calls: list[int] = []
+    rows.after_sent = lambda: calls.append(len(rows.ids))
+    rows.make(4)
+    rows.sent()
+    rows.sent()
+    assert calls == [4]
+    assert rows.after_sent is None

@@ -584,7 +584,9 @@ async def _write_bulk(
         await copy.write(encoder.encode_bulk(rows.ids[start:stop], documents, chunk_tails))
         start, size = stop, cq.COPY_ROWS_PER_WRITE
     await copy.write(cq.COPY_TRAILER)
-    return BulkOutcomes(rows, now)
+    outcomes = BulkOutcomes(rows, now)
+    rows.sent()  # the client's work while the server inserts the last rows and commits
+    return outcomes
 
 
 def _raise_translated(exc: DBAPIError) -> NoReturn:

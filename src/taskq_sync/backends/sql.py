@@ -550,7 +550,9 @@ def _write_bulk(copy: Any, rows: BulkRows, encoder: cq.CopyEncoder, now: datetim
         copy.write(encoder.encode_bulk(rows.ids[start:stop], documents, chunk_tails))
         start, size = (stop, cq.COPY_ROWS_PER_WRITE)
     copy.write(cq.COPY_TRAILER)
-    return BulkOutcomes(rows, now)
+    outcomes = BulkOutcomes(rows, now)
+    rows.sent()
+    return outcomes
 
 
 def _raise_translated(exc: DBAPIError) -> NoReturn:
