@@ -83,7 +83,7 @@ class BulkRows:
         """The job ids made so far, in order (time-ordered, as ``new_job_ids`` makes them)."""
         self.documents_made: list[dict[str, Any]] = []
         """The payload documents dumped so far, in order."""
-        self.records = BulkRecords(self)
+        self.records = BulkRecords(self.ids, self.documents_made, self.templates, which)
         self.after_sent: Callable[[], object] | None = None
 
     def template_indexes(self, start: int, stop: int) -> Sequence[int]:
@@ -157,12 +157,25 @@ class BulkRecords(SharedRecords):
     """The job records of the rows of a :class:`BulkRows` once a backend has written them
     at the store's clock reading ``now`` (pending, to run now, no deadline): one object
     for the whole batch, each record built when its handle first asks. Each equals a
-    re-read of its row, as :func:`~taskq.db.queries.copy_rows.copied_records`' do."""
+    re-read of its row, as :func:`~taskq.db.queries.copy_rows.copied_records`' do.
 
-    __slots__ = ("_index", "_now", "_rows")
+    It holds the rows' columns (``ids`` and ``documents``, the lists the rows fill in),
+    not the rows: no reference cycle, so a batch is freed as soon as its handles go.
+    """
 
-    def __init__(self, rows: BulkRows) -> None:
-        self._rows = rows
+    __slots__ = ("_documents", "_ids", "_index", "_now", "_templates", "_which")
+
+    def __init__(
+        self,
+        ids: list[UUID],
+        documents: list[dict[str, Any]],
+        templates: tuple[EnqueueRequest, ...],
+        which: list[int] | None,
+    ) -> None:
+        self._ids = ids
+        self._documents = documents
+        self._templates = templates
+        self._which = which
         self._now: datetime | None = None
         self._index: dict[UUID, int] | None = None
 
@@ -172,15 +185,15 @@ class BulkRecords(SharedRecords):
 
     def record_of(self, job_id: UUID) -> JobRecord:
         """The record of the job ``job_id`` (``KeyError`` if it is not one of the batch)."""
-        rows, now = self._rows, self._now
+        now = self._now
         if now is None:
             raise RuntimeError("BulkRecords: the rows have not been written")
         index = self._index
         if index is None:
-            index = self._index = {job: row for row, job in enumerate(rows.ids)}
+            index = self._index = {job: row for row, job in enumerate(self._ids)}
         row = index[job_id]
-        template = rows.templates[0 if rows.which is None else rows.which[row]]
-        request = request_like(template, rows.documents_made[row], job_id)
+        template = self._templates[0 if self._which is None else self._which[row]]
+        request = request_like(template, self._documents[row], job_id)
         return JobRecord.inserted(request, scheduled_at=now, deadline_at=None, created_at=now)
 
 

@@ -144,10 +144,14 @@ class JobsClient:
             handles: list[JobHandle[Any]] = []
             if bulk is not None:  # made while the server inserts the last rows
                 bulk.after_sent = lambda: handles.extend(self._bulk_handles(made.refs, bulk))
-            if connection is None:
-                outcomes = await self.backend.enqueue_batch(batch)
-            else:
-                outcomes = await self.backend.enqueue(batch.all(), connection=connection)
+            try:
+                if connection is None:
+                    outcomes = await self.backend.enqueue_batch(batch)
+                else:
+                    outcomes = await self.backend.enqueue(batch.all(), connection=connection)
+            finally:
+                if bulk is not None:
+                    bulk.after_sent = None  # unused by this backend or path: no cycle left
             if isinstance(outcomes, BulkOutcomes) and bulk is not None:
                 record_bulk_enqueued(span, outcomes.counts)
                 return handles or self._bulk_handles(made.refs, bulk)

@@ -146,10 +146,14 @@ class JobsClient:
             handles: list[JobHandle[Any]] = []
             if bulk is not None:
                 bulk.after_sent = lambda: handles.extend(self._bulk_handles(made.refs, bulk))
-            if connection is None:
-                outcomes = self.backend.enqueue_batch(batch)
-            else:
-                outcomes = self.backend.enqueue(batch.all(), connection=connection)
+            try:
+                if connection is None:
+                    outcomes = self.backend.enqueue_batch(batch)
+                else:
+                    outcomes = self.backend.enqueue(batch.all(), connection=connection)
+            finally:
+                if bulk is not None:
+                    bulk.after_sent = None
             if isinstance(outcomes, BulkOutcomes) and bulk is not None:
                 record_bulk_enqueued(span, outcomes.counts)
                 return handles or self._bulk_handles(made.refs, bulk)

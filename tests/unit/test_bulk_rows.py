@@ -3,6 +3,7 @@ outcomes, and its COPY encoding, checked against the per-request path they stand
 
 from __future__ import annotations
 
+import gc
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -200,3 +201,27 @@ def test_the_after_sent_hook_runs_once_and_is_let_go() -> None:
     rows.sent()
     assert calls == [4]
     assert rows.after_sent is None
+
+
+def test_a_written_batch_is_freed_without_the_cyclic_collector() -> None:
+    """Nothing of a batch refers back to itself (rows, records, outcomes, the hook), so
+    its ids and documents go as soon as the last handle does, not at a full collection."""
+
+    def write_and_read() -> None:
+        rows, *_ = _two_actor_rows(300)
+        kept: list[Any] = []
+        rows.after_sent = lambda: kept.append(rows.records)
+        rows.make(300)
+        outcomes = BulkOutcomes(rows, NOW)
+        rows.sent()
+        assert outcomes[5].record.payload["n"] == 5
+        assert kept == [outcomes.records]
+
+    write_and_read()
+    gc.collect()
+    gc.disable()
+    try:
+        write_and_read()
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
