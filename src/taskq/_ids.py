@@ -1,4 +1,5 @@
-"""Identifiers: time-ordered UUIDv7 so new job rows land at the right edge of the index."""
+"""Identifiers: time-ordered UUIDv7 so new job rows land at the right edge of the index, and
+random UUID strings for rate-limit request ids."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import threading
 import time
 from uuid import UUID, SafeUUID
 
-__all__ = ["new_job_id", "new_job_ids", "new_uuid", "new_uuids"]
+__all__ = ["new_job_id", "new_job_ids", "new_request_id", "new_uuid", "new_uuids"]
 
 _lock = threading.Lock()
 _last_ms = 0
@@ -127,3 +128,26 @@ def new_job_id() -> UUID:
 def new_job_ids(n: int) -> list[UUID]:
     """``n`` new job ids (see :func:`new_uuids`)."""
     return new_uuids(n)
+
+
+_VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
+"""The first hex digit of a UUID's 8th byte with the RFC 9562 variant bits (``10``) set."""
+
+
+def new_request_id() -> str:
+    """A random UUID (version 4) as a string, as ``str(uuid.uuid4())`` makes one.
+
+    Every allowed log-style rate-limit acquire gets one, on the hot path: the 16 random
+    bytes come from the same buffered ``os.urandom`` block as :func:`new_uuid`'s (one
+    system call per ~250 ids instead of one each), and the text is cut from their hex
+    digits with the version and variant set, without a ``UUID`` object (a quarter of
+    the cost).
+    """
+    global _entropy, _entropy_at
+    with _lock:
+        if _entropy_at + 16 > len(_entropy):
+            _entropy, _entropy_at = os.urandom(_ENTROPY_BLOCK), 0
+        raw = _entropy[_entropy_at : _entropy_at + 16]
+        _entropy_at += 16
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:]}"

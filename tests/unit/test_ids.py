@@ -64,3 +64,31 @@ def test_batch_ids_use_the_constructor_when_the_shortcut_is_unavailable(
     batch = new_job_ids(3)
     assert batch == sorted(batch)
     assert all(type(i) is uuid.UUID and i.version == 7 for i in batch)
+
+
+def test_request_ids_are_random_uuid4_strings() -> None:
+    made = [_ids.new_request_id() for _ in range(20_000)]  # spans many random blocks
+    parsed = [uuid.UUID(text) for text in made]
+    assert all(u.version == 4 and u.variant == uuid.RFC_4122 for u in parsed)
+    assert [str(u) for u in parsed] == made  # the canonical lower-case form
+    assert len(set(made)) == len(made)
+    # every variant digit and every position varies: nothing but the fixed bits is fixed
+    assert {text[19] for text in made} == set("89ab")
+    for position in (0, 9, 15, 20, 35):
+        assert len({text[position] for text in made}) == 16
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs os.fork")
+def test_a_forked_child_makes_other_request_ids() -> None:
+    _ids.new_request_id()  # the parent now holds a partly read block of random bytes
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        os.write(write_end, _ids.new_request_id().encode())
+        os._exit(0)
+    parent = _ids.new_request_id()
+    os.waitpid(pid, 0)
+    child = os.read(read_end, 36).decode()
+    os.close(read_end)
+    os.close(write_end)
+    assert parent != child

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import bisect
 import threading
-import uuid
 from dataclasses import dataclass
 from uuid import UUID
 
+from taskq._ids import new_request_id
 from taskq.ratelimit._algorithms import (
     EPS_TOKENS,
     GcraResult,
@@ -174,7 +174,7 @@ class MemoryLog:
                 return allowed, float(limit - inside) if allowed else 0.0, retry, None
             request_id = None
             if allowed:
-                request_id = str(uuid.uuid4())
+                request_id = new_request_id()
                 bisect.insort_right(self._times, now_us)
             return allowed, remaining, retry, request_id
 

@@ -13,7 +13,6 @@ microseconds in ``tat`` plus the remainder (in ``1/limit`` microseconds) in ``to
 
 from __future__ import annotations
 
-import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
 from taskq._acompat import ASYNC
+from taskq._ids import new_request_id
 from taskq.db.dialect import traits, translate_error
 from taskq.db.engine import transaction
 from taskq.db.queries import ratelimit as q
@@ -298,7 +298,7 @@ async def sql_log(
         )
         request_id = None
         if allowed:
-            request_id = str(uuid.uuid4())
+            request_id = new_request_id()
             await conn.execute(q.window_insert(name, request_id, now))
         return allowed, remaining, retry, request_id
 

@@ -16,7 +16,6 @@ microseconds in ``tat`` plus the remainder (in ``1/limit`` microseconds) in ``to
 
 from __future__ import annotations
 
-import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -24,6 +23,7 @@ import psycopg
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
+from taskq._ids import new_request_id
 from taskq.db.dialect import traits, translate_error
 from taskq.db.queries import ratelimit as q
 from taskq.ratelimit._algorithms import from_us, gcra_step, log_decide, tb_step, to_us
@@ -270,7 +270,7 @@ def sql_log(
         )
         request_id = None
         if allowed:
-            request_id = str(uuid.uuid4())
+            request_id = new_request_id()
             conn.execute(q.window_insert(name, request_id, now))
         return (allowed, remaining, retry, request_id)
 

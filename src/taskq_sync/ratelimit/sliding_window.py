@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
-from uuid import uuid4
 
+from taskq._ids import new_request_id
 from taskq.constants import validate_name
 from taskq.ratelimit._algorithms import gcra_step, log_decide, redis_ttl_seconds, to_us
 from taskq.ratelimit._common import (
@@ -162,7 +162,7 @@ class SlidingWindow:
         ok, remaining, retry_us = self._log.take(now_us, self.limit, self.window_us)
         if ok:
             return RateLimitDecision(
-                True, remaining, ALLOWED_WAIT, self.name, "memory", str(uuid4())
+                True, remaining, ALLOWED_WAIT, self.name, "memory", new_request_id()
             )
         return RateLimitDecision(False, 0.0, retry(retry_us), self.name, "memory")
 
@@ -177,7 +177,7 @@ class SlidingWindow:
                     request_id = None
                     reply = rru.evalsha(client, GCRA, self._redis_args, self._gcra_call.command())
                 else:
-                    request_id = str(uuid4())
+                    request_id = new_request_id()
                     reply = rru.evalsha(client, LOG, (*self._redis_args, request_id.encode()))
             except rru.REDIS_DOWN as exc:
                 engine = rru.fallback_engine(self.name, exc, pg_pool, settings)
