@@ -109,6 +109,13 @@ class WorkerSettings(TaskQSettings):
     progress_data_max_bytes: int = Field(default=8192, ge=1)
     progress_flush_interval: timedelta = Field(default=timedelta(seconds=2))
     log_level: str = Field(default="INFO", description="Worker log level (structlog).")
+    boot_retry_timeout: timedelta = Field(
+        default=timedelta(seconds=60),
+        description=(
+            "How long a booting worker keeps retrying a refused or dropped database "
+            "connection before it exits 1; 0 fails at the first one."
+        ),
+    )
 
     @field_validator(
         "lock_lease",
@@ -119,6 +126,7 @@ class WorkerSettings(TaskQSettings):
         "cleanup_grace_period",
         "termination_grace_period",
         "progress_flush_interval",
+        "boot_retry_timeout",
         mode="before",
     )
     @classmethod
@@ -153,4 +161,11 @@ class WorkerSettings(TaskQSettings):
     def _check_durations(cls, value: timedelta) -> timedelta:
         if value <= timedelta(0):
             raise ValueError("must be a positive duration")
+        return value
+
+    @field_validator("boot_retry_timeout")
+    @classmethod
+    def _check_not_negative(cls, value: timedelta) -> timedelta:
+        if value < timedelta(0):
+            raise ValueError("must not be negative")
         return value

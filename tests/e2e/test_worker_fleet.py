@@ -211,15 +211,15 @@ async def test_workers_reconnect_after_their_connections_are_terminated(
             killed = await _terminate_others(engine)
             assert killed > 0
         await wait_until(lambda: _done(engine, total), timeout=60)
-        for proc in procs:
-            assert stop_worker(proc) == 0
+        codes = [stop_worker(proc) for proc in procs]
+        logs = "".join((tmp_path / f"w{i}.log").read_text() for i in range(2))
+        assert codes == [0, 0], logs
         rows = await support.job_rows(engine)
         recorded = support.runs(runs_file)
         assert len(rows) == total
         assert all(row.status == "succeeded" for row in rows.values())
         for job_id in rows:
             assert not support.overlapping(recorded[str(job_id)])
-        logs = "".join((tmp_path / f"w{i}.log").read_text() for i in range(2))
         # Both workers really lost their connections (and their LISTEN) and carried on.
         assert logs.count("worker-listen-lost") >= 2
         assert "worker-claim-failed" in logs or "worker-complete-failed" in logs

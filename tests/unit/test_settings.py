@@ -21,6 +21,7 @@ def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     assert s.rate_limit_pg_fallback_enabled is True
     assert s.max_concurrency == 10
     assert s.actor_config_cache_ttl == timedelta(seconds=5)
+    assert s.boot_retry_timeout == timedelta(seconds=60)
 
 
 def test_reads_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -46,6 +47,7 @@ def test_reads_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         ("TASKQ_RATE_LIMIT_PG_FALLBACK_ENABLED", "perhaps"),
         ("TASKQ_DEFAULT_START_TO_CLOSE", "-5"),
         ("TASKQ_LOCK_LEASE", "0"),
+        ("TASKQ_BOOT_RETRY_TIMEOUT", "-1"),
     ],
 )
 def test_bad_value_names_the_variable(
@@ -56,6 +58,14 @@ def test_bad_value_names_the_variable(
         WorkerSettings.load()
     assert info.value.variable == variable
     assert variable in str(info.value)
+
+
+@pytest.mark.parametrize(("value", "expected"), [("0", 0.0), ("2.5", 2.5), ("PT5M", 300.0)])
+def test_boot_retry_timeout_takes_seconds_or_a_duration(
+    monkeypatch: pytest.MonkeyPatch, value: str, expected: float
+) -> None:
+    monkeypatch.setenv("TASKQ_BOOT_RETRY_TIMEOUT", value)
+    assert WorkerSettings.load().boot_retry_timeout.total_seconds() == expected
 
 
 def test_bad_override_names_the_argument() -> None:

@@ -35,6 +35,7 @@ from taskq.db.queries import worker as wq
 from taskq.di import ProviderRegistry
 from taskq.settings import WorkerSettings
 from taskq.telemetry import metrics_on
+from taskq.worker.boot import retry_boot_step
 from taskq.worker.cancel import CancelController
 from taskq.worker.dispatch import Dispatcher, run_sync_actor_tracked
 from taskq.worker.execute import AttemptEnv
@@ -106,6 +107,7 @@ class Worker:
         self.state = ShutdownState()
         self._own_engine = engine is None
         self._sub_job_backend: SqlBackend | None = None
+        self._registered = False
         self.engine = engine or make_engine(settings.effective_database_url, settings=settings)
         self.limits = Limits(self.engine, settings, self.worker_id, rate_limit_registry)
         self.deps = Dependencies(di_registry)
@@ -211,7 +213,42 @@ class Worker:
 
     # -- boot -----------------------------------------------------------------------
 
-    async def _boot(self) -> None:
+    async def _boot(self) -> bool:
+        """Register, open the container and the limits; ``False`` if a signal came first.
+
+        The database steps wait out a connection failure (see :mod:`.boot`).
+        """
+        s = self.settings
+        timeout_s = s.boot_retry_timeout.total_seconds()
+        stop = self.state.requested
+        if not await retry_boot_step(
+            "register", self._register, timeout_s=timeout_s, stop=stop, log=self._log
+        ):
+            return False
+        self.deps.open(self.actors.values())
+        if not await retry_boot_step(
+            "rate-limits",
+            lambda: self.limits.boot(self.actors.values()),
+            timeout_s=timeout_s,
+            stop=stop,
+            log=self._log,
+        ):
+            return False
+        if self.limits.active:
+            self.dispatcher.env.acquire = self.limits.acquire
+            self.dispatcher.env.release = self.limits.release
+            self.heartbeat.renew_slots = True
+        self._log.info(
+            "worker-started",
+            queues=list(s.queues),
+            concurrency=s.max_concurrency,
+            actors=sorted(self.actors),
+            pid=os.getpid(),
+        )
+        return True
+
+    async def _register(self) -> None:
+        """Sync ``actor_config`` and insert this worker's row, in one transaction."""
         s = self.settings
         async with transaction(self.engine) as conn:
             rows = await sync_actor_config(conn, self.actors.values())
@@ -230,19 +267,7 @@ class Worker:
             row.actor: row.result_ttl.total_seconds() if row.result_ttl is not None else None
             for row in rows
         }
-        self.deps.open(self.actors.values())
-        await self.limits.boot(self.actors.values())
-        if self.limits.active:
-            self.dispatcher.env.acquire = self.limits.acquire
-            self.dispatcher.env.release = self.limits.release
-            self.heartbeat.renew_slots = True
-        self._log.info(
-            "worker-started",
-            queues=list(s.queues),
-            concurrency=s.max_concurrency,
-            actors=sorted(self.actors),
-            pid=os.getpid(),
-        )
+        self._registered = True
 
     # -- loops ----------------------------------------------------------------------
 
@@ -290,7 +315,11 @@ class Worker:
 
     async def run(self) -> int:
         """Boot, run until a shutdown signal, shut down; returns the process exit code."""
-        await self._boot()
+        if not await self._boot():
+            self.state.enter(Phase.STOPPED)
+            await self._teardown()
+            self._log.info("worker-stopped-during-boot")
+            return 0
         url = self.engine.url
         if traits(self.engine.dialect.name).notify:
             listener = Listener(
@@ -403,8 +432,9 @@ class Worker:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         with contextlib.suppress(DBAPIError, SQLAlchemyError, OSError):
             await self.leader.release()
-            async with transaction(self.engine) as conn:
-                await conn.execute(wq.finish_worker(self.engine.dialect.name, self.worker_id))
+            if self._registered:
+                async with transaction(self.engine) as conn:
+                    await conn.execute(wq.finish_worker(self.engine.dialect.name, self.worker_id))
         await self.dispatcher.completer.wait_hooks(1.0)
         await self.deps.close()
         await self.dispatcher.close()
