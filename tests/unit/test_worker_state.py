@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import uuid4
 
 import pytest
+import structlog
 
+from taskq.db.engine import make_engine
 from taskq.exceptions import ScheduleToCloseTimeout, Snooze
 from taskq.worker.execute import _failure
+from taskq.worker.progress import Progress
 from taskq.worker.run import resolve_actors
 from taskq.worker.shutdown import Phase, ShutdownState
 from taskq.worker.state import Outcome, RunningJob
@@ -112,3 +116,21 @@ async def test_hooks_are_bounded_and_cannot_raise() -> None:
 
     await asyncio.wait_for(run_hook("on_cancel", hangs, 0.05, {}), 5)
     await run_hook("on_cancel", raises, 1.0, {})
+
+
+async def test_a_failed_progress_flush_is_retried_by_the_next_one() -> None:
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    engine = make_engine(f"postgresql+psycopg://postgres@127.0.0.1:{port}/nothing")
+    try:
+        progress = Progress(engine, uuid4(), max_bytes=1024, redis_url=None)
+        job = _job()
+        await progress.sink(job)(percent=40.0)
+        assert job.progress_dirty
+        with structlog.testing.capture_logs() as logs:
+            await progress.flush([job])
+        assert [e["event"] for e in logs] == ["worker-progress-flush-failed"]
+        assert job.progress_dirty  # not lost: the next flush writes it
+    finally:
+        await engine.dispose()

@@ -145,7 +145,10 @@ class Progress:
             self._publishing.pop(job_id, None)
 
     async def flush(self, jobs: list[RunningJob]) -> None:
-        """Write the coalesced state of every job whose progress changed (fenced)."""
+        """Write the coalesced state of every job whose progress changed (fenced).
+
+        A failed write leaves those jobs marked changed, so the next flush retries them.
+        """
         dirty = [job for job in jobs if job.progress_dirty]
         if not dirty:
             return
@@ -159,6 +162,8 @@ class Progress:
             async with transaction(self._engine) as conn:
                 await conn.execute(self._flush, params)
         except (DBAPIError, SQLAlchemyError, OSError) as exc:
+            for job in dirty:  # the next flush writes them (their newest state by then)
+                job.progress_dirty = True
             _log.warning("worker-progress-flush-failed", error=str(exc))
 
     async def close(self) -> None:
