@@ -7,16 +7,20 @@ backend is provably mid-boot when it is terminated.
 from __future__ import annotations
 
 import socket
+import subprocess
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import select, text
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from taskq.backends.sql import SqlBackend
 from taskq.client import JobsClient
 from taskq.db.engine import make_engine
+from taskq.db.tables import workers
 from taskq.settings import TaskQSettings
 from tests.e2e.apps import basic
 from tests.support.workers import spawn_worker, stop_worker, wait_until
@@ -42,27 +46,36 @@ async def _lock_workers(conn: AsyncConnection) -> int:
     return int((await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one())
 
 
+@asynccontextmanager
+async def _retrying_boot(
+    engine: AsyncEngine, pg_url: URL, log: Path, procs: list[Any]
+) -> AsyncIterator[subprocess.Popen[bytes]]:
+    """A worker whose boot lost its connection at the ``workers`` insert and is queued
+    behind the same lock again; the lock is released when the block exits."""
+    async with engine.connect() as holder_conn:
+        holder = await _lock_workers(holder_conn)
+        proc = spawn_worker(pg_url, log_path=log)
+        procs.append(proc)
+
+        async def blocked() -> bool:
+            return bool(await _blocked_pids(engine, holder))
+
+        await wait_until(blocked, timeout=120)
+        await _terminate(engine, await _blocked_pids(engine, holder))
+        await wait_until(blocked, timeout=60)
+        assert proc.poll() is None, "the worker exited instead of retrying its boot"
+        yield proc
+        await holder_conn.rollback()
+
+
 async def test_a_connection_lost_during_boot_is_retried(
     pg_url: URL, settings: TaskQSettings, runs_file: Path, tmp_path: Path, procs: list[Any]
 ) -> None:
     engine = make_engine(pg_url, settings=settings)
     log = tmp_path / "w.log"
     try:
-        async with engine.connect() as holder_conn:
-            holder = await _lock_workers(holder_conn)
-            proc = spawn_worker(pg_url, log_path=log)
-            procs.append(proc)
-
-            async def blocked() -> bool:
-                return bool(await _blocked_pids(engine, holder))
-
-            await wait_until(blocked, timeout=120)
-            await _terminate(engine, await _blocked_pids(engine, holder))
-            # The retry queues behind the same lock: the worker is alive and booting again.
-            await wait_until(blocked, timeout=60)
-            assert proc.poll() is None, log.read_text()
-            await holder_conn.rollback()
-
+        async with _retrying_boot(engine, pg_url, log, procs) as proc:
+            pass
         client = JobsClient(SqlBackend(engine, settings=settings), settings=settings)
         handle = await client.enqueue(basic.record, basic.Work(n=1))
         assert await handle.wait(timeout=60) is None
@@ -81,20 +94,15 @@ async def test_sigterm_while_boot_waits_for_the_database_exits_cleanly(
     engine = make_engine(pg_url, settings=settings)
     log = tmp_path / "w.log"
     try:
-        async with engine.connect() as holder_conn:
-            holder = await _lock_workers(holder_conn)
-            proc = spawn_worker(pg_url, log_path=log)
-            procs.append(proc)
-
-            async def blocked() -> bool:
-                return bool(await _blocked_pids(engine, holder))
-
-            await wait_until(blocked, timeout=120)
-            await _terminate(engine, await _blocked_pids(engine, holder))
-            await wait_until(blocked, timeout=60)
+        async with _retrying_boot(engine, pg_url, log, procs) as proc:
             assert stop_worker(proc) == 0, log.read_text()
-            await holder_conn.rollback()
-        assert "worker-started" not in log.read_text()
+        text_ = log.read_text()
+        assert "worker-boot-retry" in text_
+        assert "worker-stopped-during-boot" in text_
+        assert "worker-started" not in text_
+        async with engine.connect() as conn:  # it had not registered: no row left behind
+            rows = await conn.execute(select(workers.c.id).where(workers.c.pid == proc.pid))
+            assert rows.all() == []
     finally:
         await engine.dispose()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -219,20 +220,16 @@ class Worker:
         The database steps wait out a connection failure (see :mod:`.boot`).
         """
         s = self.settings
-        timeout_s = s.boot_retry_timeout.total_seconds()
-        stop = self.state.requested
-        if not await retry_boot_step(
-            "register", self._register, timeout_s=timeout_s, stop=stop, log=self._log
-        ):
+        step = functools.partial(
+            retry_boot_step,
+            timeout_s=s.boot_retry_timeout.total_seconds(),
+            stop=self.state.requested,
+            log=self._log,
+        )
+        if not await step("register", self._register):
             return False
         self.deps.open(self.actors.values())
-        if not await retry_boot_step(
-            "rate-limits",
-            lambda: self.limits.boot(self.actors.values()),
-            timeout_s=timeout_s,
-            stop=stop,
-            log=self._log,
-        ):
+        if not await step("rate-limits", lambda: self.limits.boot(self.actors.values())):
             return False
         if self.limits.active:
             self.dispatcher.env.acquire = self.limits.acquire
