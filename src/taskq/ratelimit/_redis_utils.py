@@ -9,7 +9,8 @@ and its own metrics) costs more client CPU than the script costs the server.
 
 The write itself skips what redis-py's ``socket_timeout`` costs every write
 (:func:`_send`): in asyncio, a task and one more turn of the event loop
-(``asyncio.wait_for``); on a blocking socket, a ``poll`` before the ``send``.
+(``asyncio.wait_for``); on a blocking socket, a ``poll`` before the ``send``. On a
+blocking connection the reply is read straight from the socket too (:func:`_receive`).
 
 The connection is *held*: taken from the client's pool once and kept idle, beside that
 pool, for the next acquire, instead of a pool checkout and checkin per acquire. A
@@ -48,6 +49,7 @@ from taskq.exceptions import RedisExtraMissing, RedisUnavailableError
 from taskq.ratelimit import _sql
 from taskq.ratelimit._common import require_engine
 from taskq.ratelimit._lua import LuaScript, evalsha_command
+from taskq.ratelimit._resp import IncompleteReply, ProtocolError, Push, parse_reply
 from taskq.settings import TaskQSettings
 
 if TYPE_CHECKING:
@@ -93,7 +95,25 @@ NO_SCRIPT, _REPLY_ERROR, REDIS_DOWN, _DIRECT_CLIENT, _HOLDING_POOL = _errors()
 (fall back), the client class the direct path serves, and the one pool class whose
 connections may be held (see the module doc)."""
 _CONNECTION_ERROR = REDIS_DOWN[0]
-"""redis-py's ``ConnectionError``: what a failed write raises (see :func:`_send`)."""
+"""redis-py's ``ConnectionError``: what a failed write or read raises (see :func:`_send`)."""
+_TIMEOUT_ERROR = REDIS_DOWN[-1]
+"""redis-py's ``TimeoutError``: what a read past ``socket_timeout`` raises (:func:`_receive`)."""
+
+
+def _python_readers() -> tuple[Any, ...]:
+    """redis-py's pure-Python reply readers (RESP2 and RESP3), whose replies
+    :func:`_receive` reads itself; none without redis-py or where it keeps them elsewhere."""
+    try:
+        from redis._parsers.resp2 import _RESP2Parser
+        from redis._parsers.resp3 import _RESP3Parser
+    except ImportError:
+        return ()
+    return (_RESP2Parser, _RESP3Parser)
+
+
+_PYTHON_READERS = _python_readers()
+_READ_SIZE = 65536
+"""Bytes asked of the socket per read (redis-py's default ``socket_read_size``)."""
 _FD_WRITES = os.name == "posix"
 """Whether a blocking connection's command may be written to its socket's descriptor."""
 _write = os.write
@@ -186,7 +206,7 @@ async def evalsha(
         conn = held.pop() if held else await pool.get_connection()
         try:
             await _send(conn, command)
-            reply = await conn.read_response()
+            reply = await _receive(conn)
         except _REPLY_ERROR:
             await _checkin(pool, held, conn)
             raise
@@ -248,6 +268,85 @@ async def _send(conn: Any, command: bytes) -> None:
                 return
             command = command[sent:]
     await conn.send_packed_command((command,))  # an iterable of chunks (sync and async)
+
+
+async def _receive(conn: Any) -> Any:
+    """Read the reply to the command :func:`_send` wrote, as ``conn.read_response()`` does.
+
+    asyncio: ``read_response``. A blocking connection with one of redis-py's own
+    pure-Python readers (RESP2 or RESP3; not hiredis's) on a plain socket, without health
+    checks, is read here instead (:func:`_read_reply`): one ``recv`` under the socket's
+    timeout, the reply parsed from its bytes (:func:`taskq.ratelimit._resp.parse_reply`),
+    a fraction of the client work of redis-py's buffered line-by-line reader. Anything
+    else: ``read_response``.
+    """
+    if ASYNC:
+        return await conn.read_response()
+    else:
+        sock = getattr(conn, "_sock", None)
+        if (
+            type(sock) is socket.socket
+            and conn._parser.__class__ in _PYTHON_READERS
+            and not conn.health_check_interval
+        ):
+            return _read_reply(conn, sock)
+        return conn.read_response()
+
+
+def _read_reply(conn: Any, sock: socket.socket) -> Any:
+    """Blocking only: the reply on ``sock``, the socket of ``conn``, read and parsed here.
+
+    The values and errors are ``read_response``'s: strings through the connection's
+    decoder, a RESP3 push message before the reply handed to the reader's push handler
+    (as redis-py's reader does), an error reply raised as redis-py's exception for it
+    (the connection stays usable, unless redis-py counts that error as a connection
+    error), a timeout as
+    redis-py's ``TimeoutError`` and a failed read or a closed socket as its
+    ``ConnectionError``, each after disconnecting. Bytes that are not one whole RESP2
+    reply and nothing more mean the connection lost its place in the stream: it is
+    disconnected and the error is a ``ConnectionError`` too.
+    """
+    parser = conn._parser
+    decode = conn.encoder.decode
+    data = b""
+    start = 0
+    try:
+        while True:
+            chunk = sock.recv(_READ_SIZE)
+            if not chunk:
+                raise _CONNECTION_ERROR("Connection closed by server.")
+            data += chunk
+            try:
+                reply, end = parse_reply(data, decode, parser.parse_error, start)
+                while reply.__class__ is Push:
+                    push = getattr(parser, "handle_push_response", None)
+                    if push is None:
+                        raise ProtocolError("Protocol Error: a push message on a RESP2 connection")
+                    push(list(reply))
+                    start = end
+                    reply, end = parse_reply(data, decode, parser.parse_error, start)
+            except IncompleteReply:
+                continue
+            if end != len(data):
+                raise _CONNECTION_ERROR(f"Protocol Error: {len(data) - end} bytes after the reply")
+            break
+    except TimeoutError:
+        conn.disconnect()
+        raise _TIMEOUT_ERROR("Timeout reading from socket") from None
+    except OSError as exc:
+        conn.disconnect()
+        raise _CONNECTION_ERROR(f"Error while reading from socket: {exc.args}") from exc
+    except ProtocolError as exc:
+        conn.disconnect()
+        raise _CONNECTION_ERROR(str(exc)) from exc
+    except BaseException:
+        conn.disconnect()
+        raise
+    if isinstance(reply, BaseException):
+        if isinstance(reply, _CONNECTION_ERROR):
+            conn.disconnect()
+        raise reply
+    return reply
 
 
 def _holdable(pool: Any) -> _Held:

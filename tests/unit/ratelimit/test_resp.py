@@ -1,0 +1,315 @@
+"""The blocking hot path's own reply reader (``_resp.parse_reply`` and
+``_redis_utils._read_reply``) reads what redis-py's readers read, to the same values.
+
+redis-py's pure-Python RESP2 and RESP3 readers are the oracle: each generated reply is
+written to one end of a socket pair and read from the other by redis-py's reader on a
+``redis.Connection``, and by ours; the values (and error replies) must be equal, whether
+the bytes arrive at once or a byte at a time. Then what the reader does with what is not
+one whole reply: bytes after it, a closed peer, a timeout, a push message before it.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from redis._parsers.resp2 import _RESP2Parser
+from redis._parsers.resp3 import _RESP3Parser
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+import taskq_sync.ratelimit._redis_utils as srru
+from taskq.ratelimit._resp import IncompleteReply, ProtocolError, Push, parse_reply
+
+_READERS: dict[int, Any] = {2: _RESP2Parser, 3: _RESP3Parser}
+_CONNECTION: Any = redis.Connection  # redis-py leaves it untyped
+text = st.binary(max_size=40)
+words = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=12)
+
+
+def _line(kind: bytes, body: bytes) -> bytes:
+    return kind + body + b"\r\n"
+
+
+def _blob(kind: bytes, body: bytes) -> bytes:
+    return kind + b"%d\r\n" % len(body) + body + b"\r\n"
+
+
+def _resp2() -> st.SearchStrategy[bytes]:
+    leaves = st.one_of(
+        text.map(lambda b: _blob(b"$", b)),
+        st.just(b"$-1\r\n"),
+        st.just(b"*-1\r\n"),
+        st.integers(-(2**63), 2**63 - 1).map(lambda i: _line(b":", b"%d" % i)),
+        words.map(lambda w: _line(b"+", w.encode())),
+        words.map(lambda w: _line(b"-", b"ERR " + w.encode())),
+    )
+    return st.recursive(
+        leaves,
+        lambda inner: st.lists(inner, max_size=4).map(
+            lambda items: b"*%d\r\n" % len(items) + b"".join(items)
+        ),
+        max_leaves=8,
+    )
+
+
+def _resp3() -> st.SearchStrategy[bytes]:
+    leaves = st.one_of(
+        text.map(lambda b: _blob(b"$", b)),
+        text.map(lambda b: _blob(b"=", b"txt:" + b)),
+        words.map(lambda w: _blob(b"!", b"ERR " + w.encode())),
+        st.just(b"_\r\n"),
+        st.integers(-(2**63), 2**63 - 1).map(lambda i: _line(b":", b"%d" % i)),
+        st.integers().map(lambda i: _line(b"(", b"%d" % i)),
+        st.floats(allow_nan=False).map(lambda f: _line(b",", repr(f).encode())),
+        st.sampled_from([b"#t\r\n", b"#f\r\n"]),
+        words.map(lambda w: _line(b"+", w.encode())),
+    )
+    keys = words.map(lambda w: _blob(b"$", w.encode()))
+
+    def aggregates(inner: st.SearchStrategy[bytes]) -> st.SearchStrategy[bytes]:
+        arrays = st.tuples(st.sampled_from([b"*", b"~"]), st.lists(inner, max_size=4)).map(
+            lambda t: t[0] + b"%d\r\n" % len(t[1]) + b"".join(t[1])
+        )
+        maps = st.dictionaries(keys, inner, max_size=3).map(
+            lambda d: b"%%%d\r\n" % len(d) + b"".join(k + v for k, v in d.items())
+        )
+        return arrays | maps
+
+    return st.recursive(leaves, aggregates, max_leaves=8)
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    ours, theirs = socket.socketpair()
+    ours.settimeout(1)
+    yield ours, theirs
+    ours.close()
+    theirs.close()
+
+
+def _connection(sock: socket.socket, protocol: int, decode: bool = False) -> Any:
+    """A redis-py connection reading ``sock`` with its pure-Python reader for ``protocol``."""
+    conn: Any = _CONNECTION(protocol=protocol, socket_timeout=1, decode_responses=decode)
+    assert conn._parser.__class__ is _READERS[protocol]  # not hiredis's
+    conn._sock = sock
+    conn._parser.on_connect(conn)
+    return conn
+
+
+def _redis_py(reply: bytes, protocol: int, decode: bool) -> Any:
+    """What redis-py's own reader makes of ``reply``: the value, or the error reply."""
+    ours, theirs = socket.socketpair()
+    conn = _connection(ours, protocol, decode)
+    try:
+        theirs.sendall(reply)
+        return conn._parser.read_response()
+    except ResponseError as exc:  # a top-level error reply is raised, not returned
+        return exc
+    finally:
+        conn._sock = None
+        ours.close()
+        theirs.close()
+
+
+def _normal(value: Any) -> Any:
+    """Error replies compare by class and message; a set is a list to both readers."""
+    if isinstance(value, BaseException):
+        return (type(value), str(value))
+    if isinstance(value, list):
+        return [_normal(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _normal(v) for k, v in value.items()}
+    return value
+
+
+def _ours(reply: bytes, protocol: int, decode: bool) -> Any:
+    parser = _READERS[protocol]
+    encoder = _CONNECTION(decode_responses=decode).encoder
+    value, end = parse_reply(reply, encoder.decode, parser.parse_error)
+    assert end == len(reply)
+    return value
+
+
+@settings(max_examples=300, deadline=None)
+@given(reply=_resp2(), decode=st.booleans())
+def test_resp2_replies_parse_as_redis_pys_reader_reads_them(reply: bytes, decode: bool) -> None:
+    try:
+        expected = _normal(_redis_py(reply, 2, decode))
+    except UnicodeDecodeError:
+        with pytest.raises(UnicodeDecodeError):
+            _ours(reply, 2, decode)
+        return
+    assert _normal(_ours(reply, 2, decode)) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(reply=_resp3(), decode=st.booleans())
+def test_resp3_replies_parse_as_redis_pys_reader_reads_them(reply: bytes, decode: bool) -> None:
+    try:
+        expected = _normal(_redis_py(reply, 3, decode))
+    except UnicodeDecodeError:
+        with pytest.raises(UnicodeDecodeError):
+            _ours(reply, 3, decode)
+        return
+    assert _normal(_ours(reply, 3, decode)) == expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(reply=_resp3())
+def test_every_proper_prefix_of_a_reply_is_incomplete(reply: bytes) -> None:
+    for cut in range(len(reply)):
+        with pytest.raises(IncompleteReply):
+            parse_reply(reply[:cut], bytes, ResponseError)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"?3\r\n", b"\r\n", b"$x\r\n", b":1.5\r\n", b"$3\r\nabcd\r\n", b"*z\r\n", b",nope\r\n"],
+)
+def test_bytes_that_are_no_reply_are_a_protocol_error(data: bytes) -> None:
+    with pytest.raises(ProtocolError):
+        parse_reply(data, bytes, ResponseError)
+
+
+def test_a_push_message_parses_as_a_push() -> None:
+    data = b">3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$2\r\nhi\r\n$1\r\nx\r\n"
+    push, end = parse_reply(data, bytes, ResponseError)
+    assert push.__class__ is Push
+    assert push == [b"message", b"c", b"hi"]
+    assert parse_reply(data, bytes, ResponseError, end) == (b"x", len(data))
+
+
+class _Spy:
+    """What ``_read_reply`` did to the connection: disconnects and pushes handed on."""
+
+    def __init__(self, conn: Any) -> None:
+        self.disconnects = 0
+        self.pushes: list[list[Any]] = []
+        conn.disconnect = self._disconnect
+        if hasattr(conn._parser, "handle_push_response"):  # RESP3's reader only
+            conn._parser.handle_push_response = self.pushes.append
+
+    def _disconnect(self, *args: Any, **kwargs: Any) -> None:
+        self.disconnects += 1
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_a_reply_in_pieces_is_read_whole(
+    pair: tuple[socket.socket, socket.socket], protocol: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ours, theirs = pair
+    conn = _connection(ours, protocol, decode=True)
+    spy = _Spy(conn)
+    monkeypatch.setattr(srru, "_READ_SIZE", 1)  # one byte per recv
+    theirs.sendall(b"$9\r\n0 41 -1.5\r\n")
+    assert srru._read_reply(conn, ours) == "0 41 -1.5"
+    assert spy.disconnects == 0
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_an_error_reply_is_raised_and_keeps_the_connection(
+    pair: tuple[socket.socket, socket.socket], protocol: int
+) -> None:
+    ours, theirs = pair
+    conn = _connection(ours, protocol)
+    spy = _Spy(conn)
+    theirs.sendall(b"-NOSCRIPT No matching script. Please use EVAL.\r\n")
+    with pytest.raises(NoScriptError, match="No matching script"):
+        srru._read_reply(conn, ours)
+    assert spy.disconnects == 0
+    theirs.sendall(b"$1\r\n1\r\n")
+    assert srru._read_reply(conn, ours) == b"1"  # still in step with the stream
+
+
+def test_an_error_redis_py_counts_as_a_connection_error_disconnects(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    ours, theirs = pair
+    conn = _connection(ours, 3)
+    spy = _Spy(conn)
+    theirs.sendall(b"-LOADING Redis is loading the dataset in memory\r\n")
+    with pytest.raises(RedisConnectionError, match="loading"):
+        srru._read_reply(conn, ours)
+    assert spy.disconnects == 1
+
+
+def test_bytes_after_the_reply_disconnect(pair: tuple[socket.socket, socket.socket]) -> None:
+    ours, theirs = pair
+    conn = _connection(ours, 3)
+    spy = _Spy(conn)
+    theirs.sendall(b"+PONG\r\n$1\r\n1\r\n")  # a reply nobody asked for, then the one asked for
+    with pytest.raises(RedisConnectionError, match="bytes after the reply"):
+        srru._read_reply(conn, ours)
+    assert spy.disconnects == 1
+
+
+def test_garbage_disconnects_as_a_connection_error(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    ours, theirs = pair
+    conn = _connection(ours, 2)
+    spy = _Spy(conn)
+    theirs.sendall(b"HTTP/1.1 400 Bad Request\r\n")
+    with pytest.raises(RedisConnectionError, match="Protocol Error"):
+        srru._read_reply(conn, ours)
+    assert spy.disconnects == 1
+
+
+def test_a_closed_peer_disconnects(pair: tuple[socket.socket, socket.socket]) -> None:
+    ours, theirs = pair
+    conn = _connection(ours, 3)
+    spy = _Spy(conn)
+    theirs.sendall(b"$5\r\n0 1")  # half a reply, then the server goes
+    theirs.close()
+    with pytest.raises(RedisConnectionError, match="closed by server"):
+        srru._read_reply(conn, ours)
+    assert spy.disconnects == 1
+
+
+def test_no_reply_within_the_socket_timeout_is_a_timeout(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    ours, theirs = pair
+    ours.settimeout(0.05)
+    conn = _connection(ours, 3)
+    spy = _Spy(conn)
+    theirs.sendall(b"$5\r\n0 ")
+    with pytest.raises(RedisTimeoutError, match="Timeout reading"):
+        srru._read_reply(conn, ours)
+    assert spy.disconnects == 1
+
+
+def test_a_push_before_the_reply_goes_to_the_push_handler(
+    pair: tuple[socket.socket, socket.socket], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ours, theirs = pair
+    conn = _connection(ours, 3)
+    spy = _Spy(conn)
+    push = b">3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$2\r\nhi\r\n"
+    theirs.sendall(push + push + b"$3\r\n1 9\r\n")
+    assert srru._read_reply(conn, ours) == b"1 9"
+    assert spy.pushes == [[b"message", b"c", b"hi"]] * 2
+    monkeypatch.setattr(srru, "_READ_SIZE", 3)  # the push and the reply in pieces
+    theirs.sendall(push + b"$3\r\n1 8\r\n")
+    assert srru._read_reply(conn, ours) == b"1 8"
+    assert len(spy.pushes) == 3
+    assert spy.disconnects == 0
+
+
+def test_a_push_on_a_resp2_connection_disconnects(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    ours, theirs = pair
+    conn = _connection(ours, 2)
+    spy = _Spy(conn)
+    theirs.sendall(b">1\r\n$1\r\nx\r\n$1\r\n1\r\n")
+    with pytest.raises(RedisConnectionError, match="push message on a RESP2"):
+        srru._read_reply(conn, ours)
+    assert spy.disconnects == 1
