@@ -9,8 +9,8 @@ and its own metrics) costs more client CPU than the script costs the server.
 
 The write itself skips what redis-py's ``socket_timeout`` costs every write
 (:func:`_send`): in asyncio, a task and one more turn of the event loop
-(``asyncio.wait_for``); on a blocking socket, a ``poll`` before the ``send``. On a
-blocking connection the reply is read straight from the socket too (:func:`_receive`).
+(``asyncio.wait_for``); on a blocking socket, a ``poll`` before the ``send``. The reply
+is read straight from the stream or socket too (:func:`_receive`).
 
 The connection is *held*: taken from the client's pool once and kept idle, beside that
 pool, for the next acquire, instead of a pool checkout and checkin per acquire. A
@@ -101,14 +101,16 @@ _TIMEOUT_ERROR = REDIS_DOWN[-1]
 
 
 def _python_readers() -> tuple[Any, ...]:
-    """redis-py's pure-Python reply readers (RESP2 and RESP3), whose replies
-    :func:`_receive` reads itself; none without redis-py or where it keeps them elsewhere."""
+    """redis-py's pure-Python reply readers (RESP2 and RESP3) of this flavour, whose
+    replies :func:`_receive` reads itself; none without redis-py or where it keeps them
+    elsewhere."""
     try:
-        from redis._parsers.resp2 import _RESP2Parser
-        from redis._parsers.resp3 import _RESP3Parser
+        from redis._parsers import resp2, resp3
     except ImportError:
         return ()
-    return (_RESP2Parser, _RESP3Parser)
+    if ASYNC:
+        return (resp2._AsyncRESP2Parser, resp3._AsyncRESP3Parser)
+    return (resp2._RESP2Parser, resp3._RESP3Parser)
 
 
 _PYTHON_READERS = _python_readers()
@@ -273,80 +275,102 @@ async def _send(conn: Any, command: bytes) -> None:
 async def _receive(conn: Any) -> Any:
     """Read the reply to the command :func:`_send` wrote, as ``conn.read_response()`` does.
 
-    asyncio: ``read_response``. A blocking connection with one of redis-py's own
-    pure-Python readers (RESP2 or RESP3; not hiredis's) on a plain socket, without health
-    checks, is read here instead (:func:`_read_reply`): one ``recv`` under the socket's
-    timeout, the reply parsed from its bytes (:func:`taskq.ratelimit._resp.parse_reply`),
-    a fraction of the client work of redis-py's buffered line-by-line reader. Anything
-    else: ``read_response``.
+    A connection with one of redis-py's own pure-Python readers (RESP2 or RESP3; not
+    hiredis's) on a plain socket (blocking) or stream (asyncio), without health checks,
+    is read here instead (:func:`_read_reply`): one read of the socket or stream under
+    ``socket_timeout``, the reply parsed from its bytes
+    (:func:`taskq.ratelimit._resp.parse_reply`), a fraction of the client work of
+    redis-py's buffered line-by-line reader. Anything else: ``read_response``.
     """
-    if ASYNC:
-        return await conn.read_response()
-    else:
-        sock = getattr(conn, "_sock", None)
-        if (
-            type(sock) is socket.socket
-            and conn._parser.__class__ in _PYTHON_READERS
-            and not conn.health_check_interval
-        ):
-            return _read_reply(conn, sock)
-        return conn.read_response()
+    if conn._parser.__class__ in _PYTHON_READERS and not conn.health_check_interval:
+        if ASYNC:
+            source = getattr(conn, "_reader", None)
+            if type(source) is asyncio.StreamReader:
+                return await _read_reply(conn, source)
+        else:
+            source = getattr(conn, "_sock", None)
+            if type(source) is socket.socket:
+                return await _read_reply(conn, source)
+    return await conn.read_response()
 
 
-def _read_reply(conn: Any, sock: socket.socket) -> Any:
-    """Blocking only: the reply on ``sock``, the socket of ``conn``, read and parsed here.
+async def _read_reply(conn: Any, source: Any) -> Any:
+    """The reply on ``source``, the stream (asyncio) or socket (blocking) of ``conn``,
+    read and parsed here.
 
     The values and errors are ``read_response``'s: strings through the connection's
     decoder, a RESP3 push message before the reply handed to the reader's push handler
     (as redis-py's reader does), an error reply raised as redis-py's exception for it
     (the connection stays usable, unless redis-py counts that error as a connection
-    error), a timeout as
-    redis-py's ``TimeoutError`` and a failed read or a closed socket as its
-    ``ConnectionError``, each after disconnecting. Bytes that are not one whole RESP2
-    reply and nothing more mean the connection lost its place in the stream: it is
-    disconnected and the error is a ``ConnectionError`` too.
+    error), no reply within ``socket_timeout`` as redis-py's ``TimeoutError`` and a
+    failed read or a closed connection as its ``ConnectionError``, each after
+    disconnecting. Bytes that are not one whole reply and nothing more mean the
+    connection lost its place in the stream: it is disconnected and the error is a
+    ``ConnectionError`` too.
     """
+    try:
+        if ASYNC:
+            async with asyncio.timeout(conn.socket_timeout):
+                reply = await _read_parsed(conn, source)
+        else:
+            reply = await _read_parsed(conn, source)  # the socket's own timeout bounds it
+    except TimeoutError:
+        await _disconnect(conn)
+        raise _TIMEOUT_ERROR("Timeout reading from socket") from None
+    except OSError as exc:
+        await _disconnect(conn)
+        raise _CONNECTION_ERROR(f"Error while reading from socket: {exc.args}") from exc
+    except ProtocolError as exc:
+        await _disconnect(conn)
+        raise _CONNECTION_ERROR(str(exc)) from exc
+    except BaseException:
+        await _disconnect(conn)
+        raise
+    if isinstance(reply, BaseException):
+        if isinstance(reply, _CONNECTION_ERROR):
+            await _disconnect(conn)
+        raise reply
+    return reply
+
+
+async def _read_parsed(conn: Any, source: Any) -> Any:
+    """Read ``source`` until it holds one whole reply, hand any push message before it
+    to the reader's push handler, and return the reply (an error reply as its exception,
+    not raised)."""
     parser = conn._parser
     decode = conn.encoder.decode
     data = b""
     start = 0
-    try:
-        while True:
-            chunk = sock.recv(_READ_SIZE)
-            if not chunk:
-                raise _CONNECTION_ERROR("Connection closed by server.")
-            data += chunk
-            try:
+    while True:
+        if ASYNC:
+            chunk = await source.read(_READ_SIZE)
+        else:
+            chunk = source.recv(_READ_SIZE)
+        if not chunk:
+            raise _CONNECTION_ERROR("Connection closed by server.")
+        data += chunk
+        try:
+            reply, end = parse_reply(data, decode, parser.parse_error, start)
+            while reply.__class__ is Push:
+                push = getattr(parser, "handle_push_response", None)
+                if push is None:
+                    raise ProtocolError("Protocol Error: a push message on a RESP2 connection")
+                await push(list(reply))
+                start = end
                 reply, end = parse_reply(data, decode, parser.parse_error, start)
-                while reply.__class__ is Push:
-                    push = getattr(parser, "handle_push_response", None)
-                    if push is None:
-                        raise ProtocolError("Protocol Error: a push message on a RESP2 connection")
-                    push(list(reply))
-                    start = end
-                    reply, end = parse_reply(data, decode, parser.parse_error, start)
-            except IncompleteReply:
-                continue
-            if end != len(data):
-                raise _CONNECTION_ERROR(f"Protocol Error: {len(data) - end} bytes after the reply")
-            break
-    except TimeoutError:
+        except IncompleteReply:
+            continue
+        if end != len(data):
+            raise ProtocolError(f"Protocol Error: {len(data) - end} bytes after the reply")
+        return reply
+
+
+async def _disconnect(conn: Any) -> None:
+    """Drop ``conn``'s socket as redis-py does after a failed read."""
+    if ASYNC:
+        await conn.disconnect(nowait=True)
+    else:
         conn.disconnect()
-        raise _TIMEOUT_ERROR("Timeout reading from socket") from None
-    except OSError as exc:
-        conn.disconnect()
-        raise _CONNECTION_ERROR(f"Error while reading from socket: {exc.args}") from exc
-    except ProtocolError as exc:
-        conn.disconnect()
-        raise _CONNECTION_ERROR(str(exc)) from exc
-    except BaseException:
-        conn.disconnect()
-        raise
-    if isinstance(reply, BaseException):
-        if isinstance(reply, _CONNECTION_ERROR):
-            conn.disconnect()
-        raise reply
-    return reply
 
 
 def _holdable(pool: Any) -> _Held:

@@ -10,12 +10,14 @@ one whole reply: bytes after it, a closed peer, a timeout, a push message before
 
 from __future__ import annotations
 
+import asyncio
 import socket
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
 import redis
+import redis.asyncio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from redis._parsers.resp2 import _RESP2Parser
@@ -25,10 +27,12 @@ from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 import taskq_sync.ratelimit._redis_utils as srru
+from taskq.ratelimit import _redis_utils as arru
 from taskq.ratelimit._resp import IncompleteReply, ProtocolError, Push, parse_reply
 
 _READERS: dict[int, Any] = {2: _RESP2Parser, 3: _RESP3Parser}
 _CONNECTION: Any = redis.Connection  # redis-py leaves it untyped
+_ASYNC_CONNECTION: Any = redis.asyncio.Connection
 text = st.binary(max_size=40)
 words = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=12)
 
@@ -83,15 +87,6 @@ def _resp3() -> st.SearchStrategy[bytes]:
         return arrays | maps
 
     return st.recursive(leaves, aggregates, max_leaves=8)
-
-
-@pytest.fixture
-def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
-    ours, theirs = socket.socketpair()
-    ours.settimeout(1)
-    yield ours, theirs
-    ours.close()
-    theirs.close()
 
 
 def _connection(sock: socket.socket, protocol: int, decode: bool = False) -> Any:
@@ -186,130 +181,183 @@ def test_a_push_message_parses_as_a_push() -> None:
     assert parse_reply(data, bytes, ResponseError, end) == (b"x", len(data))
 
 
-class _Spy:
-    """What ``_read_reply`` did to the connection: disconnects and pushes handed on."""
+class _End:
+    """Our end of a socket pair as a redis-py connection of one flavour (``sync``: its
+    socket; ``async``: a stream over it), the other end the server's (``server``), and
+    what ``_read_reply`` did to the connection: disconnects and pushes handed on."""
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, flavour: str, conn: Any, source: Any, server: socket.socket) -> None:
+        self.flavour = flavour
+        self.conn = conn
+        self.source = source
+        self.server = server
         self.disconnects = 0
         self.pushes: list[list[Any]] = []
-        conn.disconnect = self._disconnect
-        if hasattr(conn._parser, "handle_push_response"):  # RESP3's reader only
-            conn._parser.handle_push_response = self.pushes.append
+        conn.disconnect = self._disconnect if flavour == "sync" else self._adisconnect
+        if hasattr(conn._parser, "handle_push_response"):  # RESP3's readers only
+            conn._parser.handle_push_response = (
+                self.pushes.append if flavour == "sync" else self._apush
+            )
+
+    async def read(self) -> Any:
+        """``_read_reply`` of this end's flavour."""
+        if self.flavour == "sync":
+            return srru._read_reply(self.conn, self.source)
+        return await arru._read_reply(self.conn, self.source)
 
     def _disconnect(self, *args: Any, **kwargs: Any) -> None:
         self.disconnects += 1
 
+    async def _adisconnect(self, *args: Any, **kwargs: Any) -> None:
+        self.disconnects += 1
+
+    async def _apush(self, response: list[Any]) -> None:
+        self.pushes.append(response)
+
+
+MakeEnd = Callable[..., Awaitable[_End]]
+
+
+@pytest.fixture(params=["sync", "async"])
+async def make_end(request: pytest.FixtureRequest) -> AsyncIterator[MakeEnd]:
+    """Makes :class:`_End` s of the test's flavour (each test runs with both)."""
+    flavour: str = request.param
+    closers: list[Any] = []
+
+    async def make(protocol: int, decode: bool = False, socket_timeout: float = 1.0) -> _End:
+        ours, theirs = socket.socketpair()
+        closers.extend((ours, theirs))
+        source: Any
+        if flavour == "sync":
+            ours.settimeout(socket_timeout)
+            conn: Any = _CONNECTION(
+                protocol=protocol, socket_timeout=socket_timeout, decode_responses=decode
+            )
+            conn._sock = source = ours
+        else:
+            reader, writer = await asyncio.open_connection(sock=ours)
+            closers.append(writer)
+            conn = _ASYNC_CONNECTION(
+                protocol=protocol, socket_timeout=socket_timeout, decode_responses=decode
+            )
+            conn._reader, conn._writer = reader, writer
+            source = reader
+        assert conn._parser.__class__.__name__.endswith(f"RESP{protocol}Parser")  # no hiredis
+        conn._parser.on_connect(conn)
+        return _End(flavour, conn, source, theirs)
+
+    yield make
+    for closer in closers:
+        closer.close()
+
+
+@pytest.fixture
+def read_size(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
+    """Sets how many bytes each read of ``_read_reply`` asks for (both flavours)."""
+
+    def set_size(size: int) -> None:
+        monkeypatch.setattr(srru, "_READ_SIZE", size)
+        monkeypatch.setattr(arru, "_READ_SIZE", size)
+
+    return set_size
+
 
 @pytest.mark.parametrize("protocol", [2, 3])
-def test_a_reply_in_pieces_is_read_whole(
-    pair: tuple[socket.socket, socket.socket], protocol: int, monkeypatch: pytest.MonkeyPatch
+async def test_a_reply_in_pieces_is_read_whole(
+    make_end: MakeEnd, protocol: int, read_size: Callable[[int], None]
 ) -> None:
-    ours, theirs = pair
-    conn = _connection(ours, protocol, decode=True)
-    spy = _Spy(conn)
-    monkeypatch.setattr(srru, "_READ_SIZE", 1)  # one byte per recv
-    theirs.sendall(b"$9\r\n0 41 -1.5\r\n")
-    assert srru._read_reply(conn, ours) == "0 41 -1.5"
-    assert spy.disconnects == 0
+    end = await make_end(protocol, decode=True)
+    read_size(1)  # one byte per read
+    end.server.sendall(b"$9\r\n0 41 -1.5\r\n")
+    assert await end.read() == "0 41 -1.5"
+    assert end.disconnects == 0
 
 
 @pytest.mark.parametrize("protocol", [2, 3])
-def test_an_error_reply_is_raised_and_keeps_the_connection(
-    pair: tuple[socket.socket, socket.socket], protocol: int
+async def test_an_error_reply_is_raised_and_keeps_the_connection(
+    make_end: MakeEnd, protocol: int
 ) -> None:
-    ours, theirs = pair
-    conn = _connection(ours, protocol)
-    spy = _Spy(conn)
-    theirs.sendall(b"-NOSCRIPT No matching script. Please use EVAL.\r\n")
+    end = await make_end(protocol)
+    end.server.sendall(b"-NOSCRIPT No matching script. Please use EVAL.\r\n")
     with pytest.raises(NoScriptError, match="No matching script"):
-        srru._read_reply(conn, ours)
-    assert spy.disconnects == 0
-    theirs.sendall(b"$1\r\n1\r\n")
-    assert srru._read_reply(conn, ours) == b"1"  # still in step with the stream
+        await end.read()
+    assert end.disconnects == 0
+    end.server.sendall(b"$1\r\n1\r\n")
+    assert await end.read() == b"1"  # still in step with the stream
 
 
-def test_an_error_redis_py_counts_as_a_connection_error_disconnects(
-    pair: tuple[socket.socket, socket.socket],
+async def test_an_error_redis_py_counts_as_a_connection_error_disconnects(
+    make_end: MakeEnd,
 ) -> None:
-    ours, theirs = pair
-    conn = _connection(ours, 3)
-    spy = _Spy(conn)
-    theirs.sendall(b"-LOADING Redis is loading the dataset in memory\r\n")
+    end = await make_end(3)
+    end.server.sendall(b"-LOADING Redis is loading the dataset in memory\r\n")
     with pytest.raises(RedisConnectionError, match="loading"):
-        srru._read_reply(conn, ours)
-    assert spy.disconnects == 1
+        await end.read()
+    assert end.disconnects == 1
 
 
-def test_bytes_after_the_reply_disconnect(pair: tuple[socket.socket, socket.socket]) -> None:
-    ours, theirs = pair
-    conn = _connection(ours, 3)
-    spy = _Spy(conn)
-    theirs.sendall(b"+PONG\r\n$1\r\n1\r\n")  # a reply nobody asked for, then the one asked for
+async def test_bytes_after_the_reply_disconnect(make_end: MakeEnd) -> None:
+    end = await make_end(3)
+    end.server.sendall(b"+PONG\r\n$1\r\n1\r\n")  # a reply nobody asked for, then the one
     with pytest.raises(RedisConnectionError, match="bytes after the reply"):
-        srru._read_reply(conn, ours)
-    assert spy.disconnects == 1
+        await end.read()
+    assert end.disconnects == 1
 
 
-def test_garbage_disconnects_as_a_connection_error(
-    pair: tuple[socket.socket, socket.socket],
-) -> None:
-    ours, theirs = pair
-    conn = _connection(ours, 2)
-    spy = _Spy(conn)
-    theirs.sendall(b"HTTP/1.1 400 Bad Request\r\n")
+async def test_garbage_disconnects_as_a_connection_error(make_end: MakeEnd) -> None:
+    end = await make_end(2)
+    end.server.sendall(b"HTTP/1.1 400 Bad Request\r\n")
     with pytest.raises(RedisConnectionError, match="Protocol Error"):
-        srru._read_reply(conn, ours)
-    assert spy.disconnects == 1
+        await end.read()
+    assert end.disconnects == 1
 
 
-def test_a_closed_peer_disconnects(pair: tuple[socket.socket, socket.socket]) -> None:
-    ours, theirs = pair
-    conn = _connection(ours, 3)
-    spy = _Spy(conn)
-    theirs.sendall(b"$5\r\n0 1")  # half a reply, then the server goes
-    theirs.close()
+async def test_a_closed_peer_disconnects(make_end: MakeEnd) -> None:
+    end = await make_end(3)
+    end.server.sendall(b"$5\r\n0 1")  # half a reply, then the server goes
+    end.server.close()
     with pytest.raises(RedisConnectionError, match="closed by server"):
-        srru._read_reply(conn, ours)
-    assert spy.disconnects == 1
+        await end.read()
+    assert end.disconnects == 1
 
 
-def test_no_reply_within_the_socket_timeout_is_a_timeout(
-    pair: tuple[socket.socket, socket.socket],
-) -> None:
-    ours, theirs = pair
-    ours.settimeout(0.05)
-    conn = _connection(ours, 3)
-    spy = _Spy(conn)
-    theirs.sendall(b"$5\r\n0 ")
+async def test_no_reply_within_the_socket_timeout_is_a_timeout(make_end: MakeEnd) -> None:
+    end = await make_end(3, socket_timeout=0.05)
+    end.server.sendall(b"$5\r\n0 ")
     with pytest.raises(RedisTimeoutError, match="Timeout reading"):
-        srru._read_reply(conn, ours)
-    assert spy.disconnects == 1
+        await end.read()
+    assert end.disconnects == 1
 
 
-def test_a_push_before_the_reply_goes_to_the_push_handler(
-    pair: tuple[socket.socket, socket.socket], monkeypatch: pytest.MonkeyPatch
+async def test_a_push_before_the_reply_goes_to_the_push_handler(
+    make_end: MakeEnd, read_size: Callable[[int], None]
 ) -> None:
-    ours, theirs = pair
-    conn = _connection(ours, 3)
-    spy = _Spy(conn)
+    end = await make_end(3)
     push = b">3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$2\r\nhi\r\n"
-    theirs.sendall(push + push + b"$3\r\n1 9\r\n")
-    assert srru._read_reply(conn, ours) == b"1 9"
-    assert spy.pushes == [[b"message", b"c", b"hi"]] * 2
-    monkeypatch.setattr(srru, "_READ_SIZE", 3)  # the push and the reply in pieces
-    theirs.sendall(push + b"$3\r\n1 8\r\n")
-    assert srru._read_reply(conn, ours) == b"1 8"
-    assert len(spy.pushes) == 3
-    assert spy.disconnects == 0
+    end.server.sendall(push + push + b"$3\r\n1 9\r\n")
+    assert await end.read() == b"1 9"
+    assert end.pushes == [[b"message", b"c", b"hi"]] * 2
+    read_size(3)  # the push and the reply in pieces
+    end.server.sendall(push + b"$3\r\n1 8\r\n")
+    assert await end.read() == b"1 8"
+    assert len(end.pushes) == 3
+    assert end.disconnects == 0
 
 
-def test_a_push_on_a_resp2_connection_disconnects(
-    pair: tuple[socket.socket, socket.socket],
-) -> None:
-    ours, theirs = pair
-    conn = _connection(ours, 2)
-    spy = _Spy(conn)
-    theirs.sendall(b">1\r\n$1\r\nx\r\n$1\r\n1\r\n")
+async def test_a_push_on_a_resp2_connection_disconnects(make_end: MakeEnd) -> None:
+    end = await make_end(2)
+    end.server.sendall(b">1\r\n$1\r\nx\r\n$1\r\n1\r\n")
     with pytest.raises(RedisConnectionError, match="push message on a RESP2"):
-        srru._read_reply(conn, ours)
-    assert spy.disconnects == 1
+        await end.read()
+    assert end.disconnects == 1
+
+
+@pytest.mark.parametrize("make_end", ["async"], indirect=True)  # a blocking read is not
+async def test_a_cancelled_read_disconnects(make_end: MakeEnd) -> None:
+    end = await make_end(3)
+    task = asyncio.ensure_future(end.read())
+    await asyncio.sleep(0)  # the read waits on the stream
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert end.disconnects == 1
