@@ -132,28 +132,20 @@ def _ours(reply: bytes, protocol: int, decode: bool) -> Any:
     return value
 
 
+@pytest.mark.parametrize("protocol", [2, 3])
 @settings(max_examples=300, deadline=None)
-@given(reply=_resp2(), decode=st.booleans())
-def test_resp2_replies_parse_as_redis_pys_reader_reads_them(reply: bytes, decode: bool) -> None:
+@given(data=st.data(), decode=st.booleans())
+def test_replies_parse_as_redis_pys_reader_reads_them(
+    protocol: int, data: st.DataObject, decode: bool
+) -> None:
+    reply = data.draw(_resp2() if protocol == 2 else _resp3(), label="reply")
     try:
-        expected = _normal(_redis_py(reply, 2, decode))
+        expected = _normal(_redis_py(reply, protocol, decode))
     except UnicodeDecodeError:
         with pytest.raises(UnicodeDecodeError):
-            _ours(reply, 2, decode)
+            _ours(reply, protocol, decode)
         return
-    assert _normal(_ours(reply, 2, decode)) == expected
-
-
-@settings(max_examples=300, deadline=None)
-@given(reply=_resp3(), decode=st.booleans())
-def test_resp3_replies_parse_as_redis_pys_reader_reads_them(reply: bytes, decode: bool) -> None:
-    try:
-        expected = _normal(_redis_py(reply, 3, decode))
-    except UnicodeDecodeError:
-        with pytest.raises(UnicodeDecodeError):
-            _ours(reply, 3, decode)
-        return
-    assert _normal(_ours(reply, 3, decode)) == expected
+    assert _normal(_ours(reply, protocol, decode)) == expected
 
 
 @settings(max_examples=100, deadline=None)
