@@ -61,8 +61,14 @@ async def _retrying_boot(
             return bool(await _blocked_pids(engine, holder))
 
         await wait_until(blocked, timeout=120)
-        await _terminate(engine, await _blocked_pids(engine, holder))
-        await wait_until(blocked, timeout=60)
+        first = await _blocked_pids(engine, holder)
+        await _terminate(engine, first)
+
+        async def blocked_again() -> bool:  # a new backend: the terminated one may linger
+            pids = await _blocked_pids(engine, holder)
+            return bool(pids) and not set(pids) & set(first)
+
+        await wait_until(blocked_again, timeout=60)
         assert proc.poll() is None, "the worker exited instead of retrying its boot"
         yield proc
         await holder_conn.rollback()
