@@ -1,10 +1,9 @@
-"""One Redis reply (RESP2 or RESP3) parsed from the bytes read so far: the blocking hot
-path's read.
+"""One Redis reply (RESP2 or RESP3) parsed from the bytes read so far: the hot path's read.
 
-The sync ``EVALSHA`` of an acquire reads its reply straight from the socket
-(``taskq_sync.ratelimit._redis_utils._receive``) instead of through redis-py's reader,
-whose buffered, line-by-line parse is about as much client work as everything else an
-acquire does. The scripts answer with one short bulk string, but every reply type
+The ``EVALSHA`` of an acquire reads its reply straight from the socket or stream
+(``taskq.ratelimit._redis_utils._receive``, and its generated sync twin) instead of
+through redis-py's reader, whose buffered, line-by-line parse is about as much client
+work as everything else a sync acquire does. The scripts answer with one short bulk string, but every reply type
 redis-py's own readers know parses here, to the same values (a Lua table is an array, a
 Lua ``false`` a nil; RESP3 adds maps, sets, doubles, booleans and push messages), so that
 nothing a script or the server may send is misread.

@@ -1,11 +1,12 @@
-"""The blocking hot path's own reply reader (``_resp.parse_reply`` and
-``_redis_utils._read_reply``) reads what redis-py's readers read, to the same values.
+"""The hot path's own reply reader (``_resp.parse_reply`` and ``_redis_utils._read_reply``,
+blocking and asyncio) reads what redis-py's readers read, to the same values.
 
 redis-py's pure-Python RESP2 and RESP3 readers are the oracle: each generated reply is
 written to one end of a socket pair and read from the other by redis-py's reader on a
-``redis.Connection``, and by ours; the values (and error replies) must be equal, whether
-the bytes arrive at once or a byte at a time. Then what the reader does with what is not
-one whole reply: bytes after it, a closed peer, a timeout, a push message before it.
+``redis.Connection``, and parsed by ours; the values (and error replies) must be equal,
+and every proper prefix of a reply must be incomplete. Then ``_read_reply`` on both
+flavours: a reply in pieces, and what it does with what is not one whole reply (bytes
+after it, a closed peer, a timeout, a push message before it, a cancelled read).
 """
 
 from __future__ import annotations
@@ -89,9 +90,13 @@ def _resp3() -> st.SearchStrategy[bytes]:
     return st.recursive(leaves, aggregates, max_leaves=8)
 
 
-def _connection(sock: socket.socket, protocol: int, decode: bool = False) -> Any:
+def _connection(
+    sock: socket.socket, protocol: int, decode: bool = False, socket_timeout: float = 1.0
+) -> Any:
     """A redis-py connection reading ``sock`` with its pure-Python reader for ``protocol``."""
-    conn: Any = _CONNECTION(protocol=protocol, socket_timeout=1, decode_responses=decode)
+    conn: Any = _CONNECTION(
+        protocol=protocol, socket_timeout=socket_timeout, decode_responses=decode
+    )
     assert conn._parser.__class__ is _READERS[protocol]  # not hiredis's
     conn._sock = sock
     conn._parser.on_connect(conn)
@@ -219,24 +224,18 @@ async def make_end(request: pytest.FixtureRequest) -> AsyncIterator[MakeEnd]:
     async def make(protocol: int, decode: bool = False, socket_timeout: float = 1.0) -> _End:
         ours, theirs = socket.socketpair()
         closers.extend((ours, theirs))
-        source: Any
         if flavour == "sync":
             ours.settimeout(socket_timeout)
-            conn: Any = _CONNECTION(
-                protocol=protocol, socket_timeout=socket_timeout, decode_responses=decode
-            )
-            conn._sock = source = ours
-        else:
-            reader, writer = await asyncio.open_connection(sock=ours)
-            closers.append(writer)
-            conn = _ASYNC_CONNECTION(
-                protocol=protocol, socket_timeout=socket_timeout, decode_responses=decode
-            )
-            conn._reader, conn._writer = reader, writer
-            source = reader
-        assert conn._parser.__class__.__name__.endswith(f"RESP{protocol}Parser")  # no hiredis
+            return _End(flavour, _connection(ours, protocol, decode, socket_timeout), ours, theirs)
+        reader, writer = await asyncio.open_connection(sock=ours)
+        closers.append(writer)
+        conn: Any = _ASYNC_CONNECTION(
+            protocol=protocol, socket_timeout=socket_timeout, decode_responses=decode
+        )
+        assert conn._parser.__class__.__name__ == f"_AsyncRESP{protocol}Parser"  # no hiredis
+        conn._reader, conn._writer = reader, writer
         conn._parser.on_connect(conn)
-        return _End(flavour, conn, source, theirs)
+        return _End(flavour, conn, reader, theirs)
 
     yield make
     for closer in closers:
