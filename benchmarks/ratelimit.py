@@ -12,7 +12,21 @@ each cell is measured in ``--rounds`` short slices, interleaved with the raw bas
 cell it is compared with see the same moments of load. The table ends with the issue's
 targets, each marked met or not, and the load average the run saw.
 
-    python benchmarks/ratelimit.py [--seconds 1.5] [--rounds 5]
+Next to ``limits`` it measures the ceiling of any blocking client: the same trivial
+``EVALSHA`` written and read on a plain socket, with no client library at all. Its ratio
+to ``limits`` bounds what any one-round-trip client can show against ``limits`` in that
+run.
+
+Where the client and Redis run matters more than either's code on a small VM: with the
+two on different CPUs, every round trip pays two cross-CPU wake-ups (tens of
+microseconds on a virtual machine that halts idle vCPUs), the same for every client, so
+the comparison mostly measures the hypervisor. ``--placement same-cpu`` pins this process,
+the ``limits`` peer and a private ``redis-server`` it starts (``--save "" --appendonly
+no``, on a free port) to one CPU, so a round trip costs what the client and the script
+cost in CPU; ``free`` (the default) leaves placement to the scheduler and uses
+``TASKQ_REDIS_URL``. The Postgres server is never pinned.
+
+    python benchmarks/ratelimit.py [--seconds 1.5] [--rounds 5] [--placement free|same-cpu]
 
 Redis: ``TASKQ_REDIS_URL`` (default ``redis://127.0.0.1:6379/0``). Postgres:
 ``TASKQ_BENCH_DATABASE_URL`` (default: a ``taskq_bench`` database on the local server,
@@ -25,16 +39,20 @@ import argparse
 import asyncio
 import functools
 import os
+import shutil
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis
 import redis.asyncio as aredis
@@ -128,12 +146,12 @@ def ensure_pg(settings: TaskQSettings) -> str:
     return url.render_as_string(hide_password=False)
 
 
-_LIMITS_PEER = f"""
+_LIMITS_PEER = """
 import sys, time, uuid
 from limits import parse
 from limits.storage import RedisStorage
 from limits.strategies import MovingWindowRateLimiter
-lim = MovingWindowRateLimiter(RedisStorage({REDIS_URL!r}))
+lim = MovingWindowRateLimiter(RedisStorage(sys.argv[1]))
 item = parse("1000000000/second")
 key = "taskq-bench-" + uuid.uuid4().hex
 for _ in range(50): lim.hit(item, key)
@@ -155,7 +173,7 @@ class LimitsPeer:
     interleaved with taskq's own (the comparison then sees the same moments of load).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, redis_url: str) -> None:
         venv = Path(tempfile.gettempdir()) / "taskq-bench-limits-venv"
         py = venv / "bin" / "python"
         if not py.exists():
@@ -169,7 +187,7 @@ class LimitsPeer:
                 timeout=300,
             )
         self.proc = subprocess.Popen(
-            [str(py), "-c", _LIMITS_PEER],
+            [str(py), "-c", _LIMITS_PEER, redis_url],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -193,16 +211,81 @@ class LimitsPeer:
         self.proc.wait(timeout=30)
 
 
-def limits_peer() -> LimitsPeer | None:
+def limits_peer(redis_url: str) -> LimitsPeer | None:
     """A running :class:`LimitsPeer`, or ``None`` when ``limits`` cannot be installed."""
     try:
-        return LimitsPeer()
+        return LimitsPeer(redis_url)
     except (subprocess.SubprocessError, OSError, ValueError):
         return None
 
 
+class RawSocket:
+    """The trivial ``EVALSHA`` on a plain blocking socket: no client library at all, the
+    fastest any one-connection blocking client can make the round trip."""
+
+    def __init__(self, redis_url: str, sha: bytes) -> None:
+        url = urlsplit(redis_url)
+        self.sock = socket.create_connection((url.hostname or "127.0.0.1", url.port or 6379))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.command = b"*3\r\n$7\r\nEVALSHA\r\n$%d\r\n%s\r\n$1\r\n0\r\n" % (len(sha), sha)
+        self.call()
+
+    def call(self) -> None:
+        """One round trip; the reply is ``:1\\r\\n``."""
+        self.sock.sendall(self.command)
+        reply = self.sock.recv(64)
+        if reply != b":1\r\n":
+            raise OSError(f"unexpected reply {reply!r}")
+
+    def close(self) -> None:
+        """Close the socket."""
+        self.sock.close()
+
+
+@contextmanager
+def placement(kind: str) -> Iterator[str]:
+    """The Redis URL to measure against, with this process placed as ``kind`` says.
+
+    ``free``: ``TASKQ_REDIS_URL``, placement left to the scheduler. ``same-cpu``: this
+    process (and every process it starts from now on: the ``limits`` peer) is pinned to
+    its last allowed CPU, and a private ``redis-server`` is started there on a free port,
+    then stopped at the end.
+    """
+    if kind == "free":
+        yield REDIS_URL
+        return
+    server = shutil.which("redis-server")
+    if server is None:
+        raise SystemExit("--placement same-cpu needs redis-server on PATH")
+    cpu = max(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cpu})
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    args = ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    proc = subprocess.Popen([server, *args], stdout=subprocess.DEVNULL)
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        client = redis.Redis.from_url(url)
+        for _ in range(100):
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        else:
+            raise SystemExit(f"the private redis-server on port {port} did not answer")
+        client.close()
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
 LIMITS = ("limits moving-window hit()", "limits")
 RAW = ("raw EVALSHA (trivial script)", "redis")
+RAW_SOCKET = ("raw socket EVALSHA (no client)", "redis")
+SOCKET_RATIO = ("raw socket / limits", "ratio")
 BACKENDS = ("redis", "postgres", "memory")
 
 
@@ -231,10 +314,10 @@ def _medians(pairs: dict[tuple[str, str], list[float]], rows: dict[tuple[str, st
 
 
 async def async_rows(
-    seconds: float, rounds: int, settings: TaskQSettings, pg_url: str
+    seconds: float, rounds: int, settings: TaskQSettings, pg_url: str, redis_url: str
 ) -> dict[tuple[str, str], float]:
     """Best-slice acquires/s of every cell from one asyncio client, raw EVALSHA interleaved."""
-    client = aredis.Redis.from_url(REDIS_URL)
+    client = aredis.Redis.from_url(redis_url)
     sha = await client.script_load(TRIVIAL)
     clock = FakeClock(datetime(2025, 1, 1, tzinfo=UTC))
     engine = make_async_engine(pg_url, settings=settings)
@@ -271,14 +354,21 @@ async def async_rows(
 
 
 def sync_rows(
-    seconds: float, rounds: int, settings: TaskQSettings, pg_url: str, peer: LimitsPeer | None
+    seconds: float,
+    rounds: int,
+    settings: TaskQSettings,
+    pg_url: str,
+    redis_url: str,
+    peer: LimitsPeer | None,
 ) -> dict[tuple[str, str], float]:
     """Best-slice acquires/s of every cell from one blocking client, raw EVALSHA interleaved.
 
-    With ``peer``, a ``limits`` slice follows every slice of the Redis token bucket.
+    With ``peer``, a ``limits`` slice follows every slice of the Redis token bucket, and a
+    slice of :class:`RawSocket` follows it.
     """
-    client = redis.Redis.from_url(REDIS_URL)
+    client = redis.Redis.from_url(redis_url)
     sha = client.script_load(TRIVIAL)
+    bare = RawSocket(redis_url, sha.encode() if isinstance(sha, str) else sha)
     clock = FakeClock(datetime(2025, 1, 1, tzinfo=UTC))
     engine = make_sync_engine(pg_url, settings=settings)
     kws: dict[str, dict[str, Any]] = {
@@ -308,6 +398,10 @@ def sync_rows(
                 lim = peer.rate(slice_s)
                 rows[LIMITS] = max(rows.get(LIMITS, 0.0), lim)
                 pairs.setdefault(LIMITS_RATIO, []).append(rate / lim)
+                ceiling = rate_sync(bare.call, slice_s)
+                rows[RAW_SOCKET] = max(rows.get(RAW_SOCKET, 0.0), ceiling)
+                pairs.setdefault(SOCKET_RATIO, []).append(ceiling / lim)
+    bare.close()
     _medians(pairs, rows)
     rows[RAW] = max(rate for key, rate in rows.items() if key[1] == "raw")  # display only
     for (_, backend), (prim, kw) in cells.items():
@@ -344,20 +438,36 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=1.5, help="measuring time per cell")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved slices per cell")
     parser.add_argument("--no-limits", action="store_true", help="skip the limits comparison")
+    parser.add_argument(
+        "--placement",
+        choices=("free", "same-cpu"),
+        default="free",
+        help="where the client and Redis run (see the module docstring)",
+    )
     args = parser.parse_args()
     settings = TaskQSettings.load(database_url=None, redis_url=None)
     pg_url = ensure_pg(settings)
     load_before = os.getloadavg()
-    a = asyncio.run(async_rows(args.seconds, args.rounds, settings, pg_url))
-    peer = None if args.no_limits else limits_peer()
-    try:
-        s = sync_rows(args.seconds, args.rounds, settings, pg_url, peer)
-    finally:
-        if peer is not None:
-            peer.close()
+    with placement(args.placement) as redis_url:
+        a = asyncio.run(async_rows(args.seconds, args.rounds, settings, pg_url, redis_url))
+        peer = None if args.no_limits else limits_peer(redis_url)
+        try:
+            s = sync_rows(args.seconds, args.rounds, settings, pg_url, redis_url, peer)
+        finally:
+            if peer is not None:
+                peer.close()
     lim = s.pop(LIMITS, None)
+    bare = s.pop(RAW_SOCKET, None)
     s.setdefault(LIMITS_RATIO, 0.0)
     load_after = os.getloadavg()
+    if args.placement == "free":
+        print("placement: free (the scheduler places the client and Redis)")
+    else:
+        cpu = next(iter(os.sched_getaffinity(0)))
+        print(
+            f"placement: same-cpu (this process, the limits peer and a private redis-server "
+            f"on CPU {cpu}; Postgres not pinned)"
+        )
     print(
         f"{'primitive':<30} {'backend':<9} {'async/s':>10} {'sync/s':>10} {'vs raw (a/s)':>14}"
         f" {'its raw (a/s)':>16}"
@@ -373,8 +483,15 @@ def main() -> None:
         print(f"{label:<30} {backend:<9} {a[key]:>10,.0f} {s[key]:>10,.0f} {rel:>14} {its_raw:>16}")
     lim_text = "n/a" if lim is None else f"{lim:,.0f}"
     print(f"{'limits moving-window hit()':<30} {'redis':<9} {'':>10} {lim_text:>10}")
+    if bare is not None:
+        print(f"{RAW_SOCKET[0]:<30} {'redis':<9} {'':>10} {bare:>10,.0f}")
     if lim:
         print(f"taskq sync token bucket / limits: {s[('token bucket', 'redis')] / lim:.2f}x")
+    if lim and bare:
+        print(
+            f"raw socket / limits: {bare / lim:.2f}x (the most any one-round-trip client "
+            f"could show against limits in this run)"
+        )
     print(
         f"rates: best of {args.rounds} slices per cell; 'vs raw': the cell's best slice / the "
         f"best of the raw slices interleaved with it ('its raw'); load average (1 min) "
@@ -384,7 +501,12 @@ def main() -> None:
         f"{label} {a[ratio((label, 'redis'))]:.0%}/{s[ratio((label, 'redis'))]:.0%}"
         for label in ("token bucket", "gcra", "log")
     )
-    limits_median = f", token bucket / limits {s[LIMITS_RATIO]:.2f}x" if lim else ""
+    limits_median = (
+        f", token bucket / limits {s[LIMITS_RATIO]:.2f}x, raw socket / limits "
+        f"{s[SOCKET_RATIO]:.2f}x"
+        if lim
+        else ""
+    )
     print(f"median of paired slices (a/s), a noisier view: {medians}{limits_median}")
     for target, met in targets(a, s, lim):
         print(f"  [{'met' if met else 'n/a' if met is None else 'MISSED'}] {target}")
