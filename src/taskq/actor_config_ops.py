@@ -8,14 +8,16 @@ insert, and :meth:`ActorsClient.set` is how an operator changes them.
 from __future__ import annotations
 
 import builtins
+import math
 from collections.abc import Iterable
 from typing import Any
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from taskq.actor import ActorRef, get_actor
+from taskq.actor import ActorRef, get_actor, validate_actor_name
 from taskq.actor_config import ActorConfigDiff, ActorConfigRow, DeregisterResult
+from taskq.constants import validate_queue_name
 from taskq.db.engine import transaction
 from taskq.db.queries import actor_config as q
 from taskq.exceptions import (
@@ -124,7 +126,13 @@ class ActorsClient:
         """Overwrite the given fields (``None`` clears one); create the row if missing.
 
         Idempotent. ``queue`` defaults to the declared actor's queue, else the stored one.
+        Every argument is checked before anything is written: a bad actor or queue name
+        or an out-of-range value raises ``ValueError`` (``TypeError`` for a non-``str``
+        name) and changes nothing.
         """
+        validate_actor_name(actor)
+        if queue is not None:
+            validate_queue_name(queue)
         values: dict[str, Any] = {}
         for name, value in (("max_concurrent", max_concurrent), ("max_pending", max_pending)):
             if value is not UNSET:
@@ -134,8 +142,15 @@ class ActorsClient:
                     raise ValueError(f"{name} must be None or an int >= 0, got {value!r}")
                 values[name] = value
         if result_ttl_s is not UNSET:
-            if result_ttl_s is not None and not result_ttl_s > 0:
-                raise ValueError("result_ttl_s must be None or > 0")
+            if result_ttl_s is not None and (
+                isinstance(result_ttl_s, bool)
+                or not isinstance(result_ttl_s, int | float)
+                or not math.isfinite(result_ttl_s)
+                or not result_ttl_s > 0
+            ):
+                raise ValueError(
+                    f"result_ttl_s must be None or a finite number > 0, got {result_ttl_s!r}"
+                )
             values["result_ttl_s"] = result_ttl_s
         async with transaction(self.engine) as conn:
             if queue is None:

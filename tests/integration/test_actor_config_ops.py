@@ -165,3 +165,45 @@ def _finish(engine: Any, job_id: Any, mode: str) -> Any:
             await conn.execute(stmt)
 
     return run()
+
+
+async def test_set_moves_the_queue_and_keeps_the_other_fields(tq: Any, mode: str) -> None:
+    row = await call(mode, tq.actors.set, "cfg_actor", queue="newq")
+    assert (row.queue, row.max_concurrent, row.max_pending) == ("newq", 4, 10)
+    assert (await call(mode, tq.actors.get, "cfg_actor")).queue == "newq"
+    created = await call(mode, tq.actors.set, "brand_new", queue="otherq", max_concurrent=2)
+    assert (created.queue, created.max_concurrent, created.max_pending) == ("otherq", 2, None)
+
+
+@pytest.mark.parametrize(
+    ("actor_name", "kwargs", "error"),
+    [
+        ("bad name", {"max_concurrent": 1}, ValueError),
+        ("", {"max_concurrent": 1}, ValueError),
+        ("x" * 201, {"max_pending": 1}, ValueError),
+        ("tab\there", {"max_pending": 1}, ValueError),
+        (7, {"max_concurrent": 1}, TypeError),
+        ("cfg_actor", {"queue": "a:b"}, ValueError),
+        ("cfg_actor", {"queue": ""}, ValueError),
+        ("cfg_actor", {"max_concurrent": True}, ValueError),
+        ("cfg_actor", {"result_ttl_s": float("inf")}, ValueError),
+    ],
+    ids=[
+        "space",
+        "empty",
+        "too-long",
+        "tab",
+        "not-str",
+        "queue-colon",
+        "queue-empty",
+        "bool",
+        "inf",
+    ],
+)
+async def test_set_rejects_bad_input_and_changes_nothing(
+    tq: Any, mode: str, actor_name: Any, kwargs: dict[str, Any], error: type[Exception]
+) -> None:
+    before = await call(mode, tq.actors.list)
+    with pytest.raises(error):
+        await call(mode, tq.actors.set, actor_name, **kwargs)
+    assert await call(mode, tq.actors.list) == before

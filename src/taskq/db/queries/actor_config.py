@@ -52,11 +52,16 @@ def upsert_seed(dialect: str, row: Mapping[str, Any]) -> Any:
 
 
 def upsert(dialect: str, actor: str, queue: str, values: Mapping[str, Any]) -> Any:
-    """Operator ``set``: create the row if needed, then overwrite exactly ``values``."""
+    """Operator ``set``: create the row if needed, then overwrite exactly ``values``.
+
+    ``queue`` is the new row's queue; ``values`` may carry ``queue`` too (to move an
+    existing row), and any column it names wins over the defaults of a new row.
+    """
     now = dialects.now(dialect)
-    stmt = dialects.insert(dialect, actor_config).values(
-        actor=actor, queue=queue, metadata={}, created_at=now, updated_at=now, **values
-    )
+    row: dict[str, Any] = {"actor": actor, "queue": queue, "metadata": {}, "created_at": now}
+    row.update(values)
+    row["updated_at"] = now
+    stmt = dialects.insert(dialect, actor_config).values(**row)
     return stmt.on_conflict_do_update(
         index_elements=[actor_config.c.actor], set_={**values, "updated_at": now}
     ).returning(*actor_config.c)
