@@ -331,9 +331,16 @@ def _signature(
         if param.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
             raise fail(param.name, "*args/**kwargs are not allowed in an actor signature")
         annotation = hints.get(param.name, inspect.Parameter.empty)
+        is_ctx = annotation is JobContext or get_origin(annotation) is JobContext
+        if param.kind is inspect.Parameter.POSITIONAL_ONLY and not is_ctx:
+            raise fail(
+                param.name,
+                "DI parameters are passed by keyword: make it keyword-only or positional, "
+                "not positional-only",
+            )
         if annotation is inspect.Parameter.empty:
             raise fail(param.name, "every DI parameter needs a type annotation (a concrete class)")
-        if annotation is JobContext or get_origin(annotation) is JobContext:
+        if is_ctx:
             if index != 1 or param.kind is inspect.Parameter.KEYWORD_ONLY:
                 raise fail(
                     param.name, "the JobContext parameter must be the second positional parameter"
@@ -398,6 +405,23 @@ def _callable_opt(value: object, param: str, fail: Callable[..., Exception]) -> 
     return value
 
 
+_LIMIT_TYPES: dict[str, tuple[str, ...]] = {
+    "rate_limits": ("TokenBucket", "SlidingWindow", "KeyedRateLimitRef"),
+    "reservations": ("ConcurrencyReservation", "KeyedReservationRef"),
+}
+"""The primitives each list of ``@actor`` takes besides names, by class name: the model
+layer does not import the rate-limit services (``taskq.ratelimit`` and its generated
+``taskq_sync.ratelimit`` twin both qualify)."""
+
+
+def _is_limit(item: object, param: str) -> bool:
+    return any(
+        cls.__name__ in _LIMIT_TYPES[param]
+        and cls.__module__.startswith(("taskq.ratelimit", "taskq_sync.ratelimit"))
+        for cls in type(item).__mro__
+    )
+
+
 def _limits(value: object, param: str, fail: Callable[..., Exception]) -> list[Any]:
     if value is None:
         return []
@@ -405,8 +429,10 @@ def _limits(value: object, param: str, fail: Callable[..., Exception]) -> list[A
         raise fail(param, "must be a list")
     out: list[Any] = []
     for item in value:
-        if type(item).__name__ == "RateLimitRef":
-            raise fail(param, "pass the bucket's name or the bucket itself, not a RateLimitRef")
+        if type(item).__name__ in ("RateLimitRef", "ReservationRef"):
+            raise fail(
+                param, f"pass the primitive's name or the primitive, not a {type(item).__name__}"
+            )
         if isinstance(item, str):
             from taskq.constants import validate_name
 
@@ -414,6 +440,12 @@ def _limits(value: object, param: str, fail: Callable[..., Exception]) -> list[A
                 validate_name(item, kind=param.removesuffix("s"))
             except ValueError as exc:
                 raise fail(param, str(exc), ValueError) from exc
+        elif not _is_limit(item, param):
+            raise fail(
+                param,
+                f"items must be names or {', '.join(_LIMIT_TYPES[param])}, "
+                f"got {type(item).__name__}",
+            )
         out.append(item)
     return out
 

@@ -8,7 +8,7 @@ branch on attributes, never on message text. Control-flow signals (:class:`Snooz
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -102,7 +102,9 @@ class SingletonCollisionError(TaskQError):
 
     ``blocking_job_id`` is the existing job from the pre-flight query, or ``None`` when the
     collision was caught by the partial unique index (the race path). ``retry_after`` comes
-    from the blocking job's ``schedule_to_close`` when it has one.
+    from the blocking job's ``schedule_to_close`` when it has one: the time left until its
+    deadline (``created_at + schedule_to_close``), by which it will have ended one way or
+    another; ``timedelta(0)`` once that has passed (:meth:`blocked_by`).
     """
 
     def __init__(
@@ -118,6 +120,15 @@ class SingletonCollisionError(TaskQError):
             f"singleton actor {actor!r} already has an active job"
             + (f" ({blocking_job_id})" if blocking_job_id else "")
         )
+
+    @classmethod
+    def blocked_by(
+        cls, actor: str, job_id: UUID, deadline_at: datetime | None, now: datetime
+    ) -> SingletonCollisionError:
+        """The collision with active job ``job_id`` (the pre-flight's find), whose deadline
+        is ``deadline_at`` (``None``: no ``schedule_to_close``), seen at the store's ``now``."""
+        retry_after = None if deadline_at is None else max(deadline_at - now, timedelta(0))
+        return cls(actor, job_id, retry_after)
 
 
 class MaxPendingExceededError(TaskQError):

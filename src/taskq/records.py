@@ -49,8 +49,10 @@ class EnqueueRequest:
     """One job to insert, with every check the backend must apply in order.
 
     ``unique_for``/``unique_states`` apply only with an ``identity_key``. ``max_pending``
-    is the actor's literal; the backend resolves the effective limit against the stored
-    ``actor_config.max_pending``. ``scheduled_at=None`` and ``delay_s=None`` mean "now";
+    is the actor's literal, or a sub-job's per-call argument when ``max_pending_per_call``;
+    the backend resolves the effective limit against the stored
+    ``actor_config.max_pending`` (:meth:`effective_max_pending`). ``scheduled_at=None`` and
+    ``delay_s=None`` mean "now";
     ``delay_s`` is added to the store's clock by the backend.
 
     Read-only by convention, not ``frozen``: one is built per job on the enqueue hot
@@ -75,8 +77,23 @@ class EnqueueRequest:
     unique_for: timedelta | None = None
     unique_states: tuple[str, ...] = ()
     max_pending: int | None = None
+    max_pending_per_call: bool = False
     trace_context: dict[str, str] | None = None
     parent_job_id: UUID | None = None
+
+    def effective_max_pending(self, stored: int | None) -> int | None:
+        """The cap to enforce, given the stored ``actor_config.max_pending``.
+
+        The actors page's rule: a stored cap wins over the actor's literal; a per-call
+        argument is resolved against it, the tighter of the two winning (it may shed load,
+        never widen the operator's cap); with nothing stored, the per-call argument or
+        the literal applies as it is.
+        """
+        if stored is None:
+            return self.max_pending
+        if self.max_pending_per_call and self.max_pending is not None:
+            return min(stored, self.max_pending)
+        return stored
 
     @property
     def status(self) -> str:
@@ -379,7 +396,6 @@ def build_request(
     metadata: Mapping[str, Any] | None = None,
     start_to_close: timedelta | None = None,
     schedule_to_close: timedelta | None = None,
-    default_start_to_close: timedelta | None = None,
     parent_job_id: UUID | None = None,
     unique_for: timedelta | None = None,
     max_pending: int | None = None,
@@ -419,6 +435,8 @@ def build_request(
     meta = dict(metadata) if metadata else {}
     if ref.singleton:
         meta["singleton"] = True
+    elif "singleton" in meta:  # the library's key: only a singleton actor's jobs carry it
+        del meta["singleton"]
     if meta:
         try:
             json.dumps(meta, allow_nan=False)
@@ -430,9 +448,9 @@ def build_request(
         if policy.kind == "transient"
         else (1 if policy.kind == "non_retryable" else None)
     )
+    # Only the per-enqueue timeout is stored: the actor's default and
+    # TASKQ_DEFAULT_START_TO_CLOSE are the worker's to apply when the attempt runs.
     stc = _seconds(start_to_close, "start_to_close")
-    if stc is None:
-        stc = _seconds(ref.start_to_close or default_start_to_close, "start_to_close")
     window = unique_for if unique_for is not None else ref.unique_for
     if window is not None and identity_key is None:
         warn_unique_for_ignored(ref.name)
@@ -455,6 +473,7 @@ def build_request(
         unique_for=window,
         unique_states=tuple(ref.unique_states),
         max_pending=max_pending if max_pending is not None else ref.max_pending,
+        max_pending_per_call=max_pending is not None,
         trace_context=_trace_context(),
         parent_job_id=parent_job_id,
     )
@@ -464,13 +483,11 @@ _TEMPLATE = object()
 """The payload of :func:`request_template`: an empty document, nothing validated."""
 
 
-def request_template(
-    ref: ActorRef[Any, Any], *, default_start_to_close: timedelta | None = None
-) -> EnqueueRequest:
+def request_template(ref: ActorRef[Any, Any]) -> EnqueueRequest:
     """The request of an enqueue of ``ref`` with no options and an empty payload: what
     :func:`request_like` makes the items of an ``enqueue_many`` of ``(actor, payload)``
     pairs like, before any of their payloads is validated. Never inserted itself."""
-    return build_request(ref, _TEMPLATE, default_start_to_close=default_start_to_close)
+    return build_request(ref, _TEMPLATE)
 
 
 def request_like(
@@ -497,6 +514,7 @@ def request_like(
         unique_for=template.unique_for,
         unique_states=template.unique_states,
         max_pending=template.max_pending,
+        max_pending_per_call=template.max_pending_per_call,
         trace_context=template.trace_context,
     )
 

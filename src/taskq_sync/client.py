@@ -46,6 +46,24 @@ from taskq_sync.handle import JobHandle
 __all__ = ["EnqueueArgs", "JobHandle", "JobsClient", "TaskQ"]
 P = TypeVar("P", bound=BaseModel)
 R = TypeVar("R")
+ITEM_OPTIONS = frozenset(
+    {
+        "queue",
+        "priority",
+        "scheduled_at",
+        "delay",
+        "identity_key",
+        "idempotency_key",
+        "tags",
+        "metadata",
+        "start_to_close",
+        "schedule_to_close",
+        "unique_for",
+        "max_pending",
+        "parent_job_id",
+    }
+)
+"The options an ``EnqueueArgs`` of ``enqueue_many`` may carry: ``enqueue``'s, plus the\nper-call ``unique_for``/``max_pending`` and ``parent_job_id`` of a sub-job enqueue, so\nthat a ``SubEnqueueError``'s ``failed_items`` can be enqueued again as they were."
 
 
 def _resolve(actor: ActorRef[Any, Any] | str) -> ActorRef[Any, Any]:
@@ -60,15 +78,13 @@ class JobsClient:
     """Enqueue jobs and look them up, on any :class:`~taskq.backends.base.Backend`."""
 
     def __init__(self, backend: Backend, *, settings: TaskQSettings | None = None) -> None:
+        del settings
         self.backend = backend
-        self._default_stc = settings.default_start_to_close if settings is not None else None
 
     def _request(
         self, actor: ActorRef[Any, Any] | str, payload: object, options: dict[str, Any]
     ) -> EnqueueRequest:
-        return build_request(
-            _resolve(actor), payload, default_start_to_close=self._default_stc, **options
-        )
+        return build_request(_resolve(actor), payload, **options)
 
     def _handle(self, ref: ActorRef[Any, Any], outcome: EnqueueOutcome) -> JobHandle[Any]:
         return JobHandle(
@@ -138,7 +154,7 @@ class JobsClient:
         """
         if not items:
             return []
-        made = _Items(items, self._default_stc)
+        made = _Items(items)
         with enqueue_span((), len(items)) as span:
             batch = made.batch()
             stamp_actors(span, batch.actors)
@@ -245,13 +261,8 @@ class _Items:
     known before any payload is validated (:meth:`batch`), so a backend can stream it.
     """
 
-    def __init__(
-        self,
-        items: Sequence[EnqueueArgs | tuple[ActorRef[Any, Any] | str, Any]],
-        default_stc: timedelta | None,
-    ) -> None:
+    def __init__(self, items: Sequence[EnqueueArgs | tuple[ActorRef[Any, Any] | str, Any]]) -> None:
         self.items = items
-        self.stc = default_stc
         self.refs: list[ActorRef[Any, Any]] = []
         "The actor of each item made so far (all of them when they are all pairs)."
         self._resolved = False
@@ -300,9 +311,7 @@ class _Items:
     def _template(self, ref: ActorRef[Any, Any]) -> EnqueueRequest:
         template = self._templates.get(id(ref))
         if template is None:
-            template = self._templates[id(ref)] = request_template(
-                ref, default_start_to_close=self.stc
-            )
+            template = self._templates[id(ref)] = request_template(ref)
         return template
 
     def make(self, start: int, stop: int) -> list[EnqueueRequest]:
@@ -315,13 +324,14 @@ class _Items:
         for index in range(start, stop):
             item = self.items[index]
             if isinstance(item, EnqueueArgs):
+                unknown = sorted(set(item.options) - ITEM_OPTIONS)
+                if unknown:
+                    raise TypeError(
+                        f"enqueue_many item {index}: unknown option(s) {', '.join(unknown)}"
+                    )
                 ref = _resolve(item.actor)
                 self.refs.append(ref)
-                made.append(
-                    build_request(
-                        ref, item.payload, default_start_to_close=self.stc, **item.options
-                    )
-                )
+                made.append(build_request(ref, item.payload, **item.options))
                 continue
             actor, payload = item
             if self._resolved:

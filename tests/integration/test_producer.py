@@ -73,6 +73,18 @@ async def single_capped(payload: Item) -> None: ...
 async def unique_capped(payload: Item) -> None: ...
 
 
+@actor(name="prod_percall_tighter", max_pending=100)
+async def percall_tighter(payload: Item) -> None: ...
+
+
+@actor(name="prod_percall_wider", max_pending=100)
+async def percall_wider(payload: Item) -> None: ...
+
+
+@actor(name="prod_timed", start_to_close=timedelta(seconds=30))
+async def timed(payload: Item) -> None: ...
+
+
 class Tagged(BaseModel):
     n: int
     tag: str = "t"
@@ -273,6 +285,84 @@ async def test_stored_max_pending_overrides_the_literal(producer_env: Env) -> No
     with pytest.raises(MaxPendingExceededError) as info:
         await env.enqueue(hundred, Item(n=2))
     assert info.value.max_pending == 1
+
+
+async def test_a_per_call_max_pending_is_resolved_against_the_stored_cap(
+    producer_env: Env,
+) -> None:
+    """The actors page: against a stored cap the tighter of the two wins (a caller may shed
+    load, never widen the operator's cap); with nothing stored the per-call value wins
+    over the literal in both directions. Per-call caps travel in ``EnqueueArgs``."""
+    env = producer_env
+    many = env.client.enqueue_many
+    await env.set_stored_max_pending("prod_percall_tighter", 50)
+    await env.enqueue(percall_tighter, Item(n=1))
+    with pytest.raises(MaxPendingExceededError) as tighter:
+        await env.call(many, [EnqueueArgs(percall_tighter, Item(n=2), {"max_pending": 1})])
+    assert (tighter.value.current_count, tighter.value.max_pending) == (1, 1)
+
+    await env.set_stored_max_pending("prod_percall_wider", 1)
+    await env.enqueue(percall_wider, Item(n=1))
+    with pytest.raises(MaxPendingExceededError) as wider:
+        await env.call(many, [EnqueueArgs(percall_wider, Item(n=2), {"max_pending": 10})])
+    assert wider.value.max_pending == 1
+
+    await env.enqueue(capped, Item(n=1))
+    await env.enqueue(capped, Item(n=2))
+    await env.call(many, [EnqueueArgs(capped, Item(n=3), {"max_pending": 3})])  # loosened
+    with pytest.raises(MaxPendingExceededError):
+        await env.enqueue(capped, Item(n=4))  # the literal, 2, again
+    assert await env.count("prod_percall_tighter") == 1
+    assert await env.count("prod_percall_wider") == 1
+    assert await env.count("prod_capped") == 3
+
+
+async def test_enqueue_many_rejects_an_unknown_item_option(producer_env: Env) -> None:
+    env = producer_env
+    items: list[Any] = [(plain, Item(n=1)), EnqueueArgs(plain, Item(n=2), {"job_id": None})]
+    with pytest.raises(TypeError, match="item 1: unknown option"):
+        await env.call(env.client.enqueue_many, items)
+    assert await env.count("prod_plain") == 0
+
+
+async def test_only_the_per_enqueue_start_to_close_is_stored(producer_env: Env) -> None:
+    """The actor's default and ``TASKQ_DEFAULT_START_TO_CLOSE`` are the worker's to apply
+    when the attempt runs (so a changed actor default reaches queued jobs)."""
+    env = producer_env
+    defaulted = await env.call((await env.enqueue(timed, Item(n=1))).refresh)
+    assert defaulted.start_to_close_s is None
+    chosen = await env.enqueue(timed, Item(n=2), start_to_close=timedelta(seconds=5))
+    assert (await env.call(chosen.refresh)).start_to_close_s == 5.0
+    [bulk] = await env.call(env.client.enqueue_many, [(timed, Item(n=3))])
+    assert (await env.call(bulk.refresh)).start_to_close_s is None
+
+
+async def test_singleton_retry_after_is_the_time_left_to_the_blockers_deadline(
+    producer_env: Env,
+) -> None:
+    env = producer_env
+    first = await env.enqueue(single, Item(n=1), schedule_to_close=timedelta(hours=2))
+    if env.memory is not None:
+        env.memory.clock.advance(timedelta(minutes=30))  # type: ignore[attr-defined]
+    with pytest.raises(SingletonCollisionError) as info:
+        await env.enqueue(single, Item(n=2))
+    assert info.value.blocking_job_id == first.job_id
+    retry_after = info.value.retry_after
+    assert retry_after is not None
+    if env.memory is not None:
+        assert retry_after == timedelta(hours=1, minutes=30)
+        env.memory.clock.advance(timedelta(hours=3))  # type: ignore[attr-defined]
+        with pytest.raises(SingletonCollisionError) as late:
+            await env.enqueue(single, Item(n=3))
+        assert late.value.retry_after == timedelta(0)  # past its deadline, still active
+    else:
+        assert timedelta(hours=2) - timedelta(minutes=1) < retry_after <= timedelta(hours=2)
+
+
+async def test_the_singleton_metadata_key_is_the_librarys(producer_env: Env) -> None:
+    env = producer_env
+    handle = await env.enqueue(plain, Item(n=1), metadata={"singleton": True, "x": 1})
+    assert (await env.call(handle.refresh)).metadata == {"x": 1}
 
 
 async def test_evaluation_order(producer_env: Env) -> None:

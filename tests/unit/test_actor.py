@@ -253,6 +253,56 @@ def test_rate_limit_ref_is_rejected() -> None:
         _decorate(rate_limits=[RateLimitRef()])
 
 
+def test_a_positional_only_dependency_is_rejected() -> None:
+    """The worker passes dependencies by keyword; the context may stay positional-only."""
+
+    class Db:
+        pass
+
+    with pytest.raises(TypeError, match="positional-only"):
+
+        @actor(name="posonly_dep")
+        async def posonly_dep(payload: OtherPayload, db: Db, /) -> None: ...
+
+    @actor(name="posonly_ctx")
+    async def posonly_ctx(payload: OtherPayload, ctx: JobContext[OtherPayload], /) -> None: ...
+
+    assert posonly_ctx.wants_ctx
+
+
+def test_limit_lists_take_only_their_own_primitives() -> None:
+    import taskq.ratelimit as rl
+    import taskq_sync.ratelimit as srl
+
+    bucket = rl.TokenBucket("lists_tb", capacity=1, refill_per_second=1)
+    window = srl.SlidingWindow("lists_sw", limit=1, window=timedelta(seconds=1))
+    slots = rl.ConcurrencyReservation("lists_res", slots=1, lease=30)
+    keyed_bucket = rl.KeyedRateLimitRef.typed(
+        OtherPayload, base_name="lists_kb", key_fn=lambda p: "k", capacity=1, refill_per_second=1
+    )
+    keyed_slots = rl.KeyedReservationRef.typed(
+        OtherPayload, base_name="lists_kr", key_fn=lambda p: "k", slots=1, lease=30
+    )
+    ok = _decorate(
+        name="lists_ok",
+        rate_limits=["named", bucket, window, keyed_bucket],
+        reservations=["named", slots, keyed_slots],
+    )
+    assert len(ok.rate_limits) == 4
+    assert len(ok.reservations) == 3
+    wrong: list[tuple[str, object, str]] = [
+        ("rate_limits", slots, "ConcurrencyReservation"),
+        ("rate_limits", keyed_slots, "KeyedReservationRef"),
+        ("rate_limits", 42, "int"),
+        ("reservations", bucket, "TokenBucket"),
+        ("reservations", keyed_bucket, "KeyedRateLimitRef"),
+        ("reservations", rl.ReservationRef(name="lists_res"), "ReservationRef"),
+    ]
+    for param, item, shown in wrong:
+        with pytest.raises(TypeError, match=f"{param}.*{shown}"):
+            _decorate(name="lists_bad", **{param: [item]})
+
+
 def test_jobcontext_helpers() -> None:
     ctx = _ctx(PAYLOAD)
     assert not ctx.should_abort()

@@ -30,9 +30,9 @@ async def like(payload: Item) -> None: ...
 
 
 def test_request_like_equals_a_full_build() -> None:
-    template = build_request(like, Item(n=1), default_start_to_close=timedelta(seconds=1))
+    template = build_request(like, Item(n=1), start_to_close=timedelta(seconds=1))
     made = request_like(template, like.dump_payload(Item(n=2)))
-    full = build_request(like, Item(n=2), default_start_to_close=timedelta(seconds=1))
+    full = build_request(like, Item(n=2), start_to_close=timedelta(seconds=1))
     assert made.job_id not in (template.job_id, full.job_id)
     assert dataclasses.replace(made, job_id=full.job_id) == full
     assert made.metadata == {"singleton": True}

@@ -42,7 +42,7 @@ async def batch_unique(payload: Body) -> None: ...
 
 
 def _batch(items: list[Any]) -> tuple[_Items, RequestBatch]:
-    made = _Items(items, None)
+    made = _Items(items)
     return made, made.batch()
 
 

@@ -129,12 +129,8 @@ class InMemoryBackend:
         if req.singleton:
             for j in mine:
                 if j.singleton and j.status in ACTIVE_STATUSES:
-                    stc = j.schedule_to_close_s
-                    raise SingletonCollisionError(
-                        req.actor, j.id, timedelta(seconds=stc) if stc else None
-                    )
-        stored = self.stored_max_pending.get(req.actor)
-        cap = stored if stored is not None else req.max_pending
+                    raise SingletonCollisionError.blocked_by(req.actor, j.id, j.deadline_at, now)
+        cap = req.effective_max_pending(self.stored_max_pending.get(req.actor))
         if cap is not None:
             count = sum(1 for j in mine if j.status in ("pending", "scheduled"))
             if count >= cap:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, NoReturn
 from uuid import UUID
 
@@ -367,8 +367,7 @@ class SqlBackend:
         return cached[1]
 
     def _effective_cap(self, conn: Connection, req: EnqueueRequest) -> int | None:
-        stored_cap = self._stored_max_pending(conn, req.actor)
-        return stored_cap if stored_cap is not None else req.max_pending
+        return req.effective_max_pending(self._stored_max_pending(conn, req.actor))
 
     def _lock(self, conn: Connection, key: str) -> None:
         stmt = advisory_xact_lock(self.dialect, key)
@@ -384,11 +383,11 @@ class SqlBackend:
             if row is not None:
                 return _deduplicated(JobRecord.from_mapping(row))
         if req.singleton:
-            blocking = conn.execute(q.active_singleton(req.actor)).mappings().first()
+            stmt = q.active_singleton(self.dialect, req.actor)
+            blocking = conn.execute(stmt).mappings().first()
             if blocking is not None:
-                stc = blocking["schedule_to_close_s"]
-                raise SingletonCollisionError(
-                    req.actor, blocking["id"], timedelta(seconds=stc) if stc is not None else None
+                raise SingletonCollisionError.blocked_by(
+                    req.actor, blocking["id"], blocking["deadline_at"], blocking["now"]
                 )
         if cap is not None:
             self._lock(conn, q.advisory_key("max_pending", req.actor))

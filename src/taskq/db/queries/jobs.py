@@ -32,6 +32,7 @@ from sqlalchemy import (
     or_,
     select,
     true,
+    type_coerce,
     update,
 )
 from sqlalchemy.dialects.postgresql import JSONB
@@ -41,6 +42,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from taskq.constants import ACTIVE_STATUSES
 from taskq.db import dialect as dialects
 from taskq.db.tables import actor_config, job_attempts, jobs
+from taskq.db.types import UTCDateTime
 from taskq.records import EnqueueRequest, InsertedRecord, RecordSource
 
 __all__ = [
@@ -91,10 +93,12 @@ def unique_match(dialect: str, req: EnqueueRequest) -> Select[Any]:
     )
 
 
-def active_singleton(actor: str) -> Select[Any]:
-    """The active job of a singleton actor, if any (the pre-flight)."""
+def active_singleton(dialect: str, actor: str) -> Select[Any]:
+    """The active job of a singleton actor, if any (the pre-flight): its ``id``, its
+    ``deadline_at`` and the store's clock (``now``), which ``retry_after`` is taken from."""
+    now = type_coerce(dialects.now(dialect), UTCDateTime())
     return (
-        select(jobs.c.id, jobs.c.schedule_to_close_s, jobs.c.created_at)
+        select(jobs.c.id, jobs.c.deadline_at, now.label("now"))
         .where(
             jobs.c.actor == actor, jobs.c.singleton.is_(True), jobs.c.status.in_(ACTIVE_STATUSES)
         )
