@@ -7,6 +7,7 @@ import logging
 import click
 
 from taskq import __version__
+from taskq.cli.actor_config import actor_config
 from taskq.cli.migrate import migrate
 from taskq.cli.quickstart import quickstart
 from taskq.cli.worker import worker
@@ -24,3 +25,4 @@ def main(verbose: int) -> None:
 main.add_command(migrate)
 main.add_command(worker)
 main.add_command(quickstart)
+main.add_command(actor_config)

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import click
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from taskq.cli.options import database_options, load_settings
+from taskq.cli.options import database_options, load_settings, run_db, where
 from taskq.db import migrate as migrations
-from taskq.db.engine import make_engine
 from taskq.db.migrations import head_revision, offline_sql
 from taskq.settings import TaskQSettings
 
@@ -21,27 +17,11 @@ T = TypeVar("T")
 
 
 def _run(settings: TaskQSettings, action: Callable[[AsyncEngine], Awaitable[T]]) -> T:
-    url = settings.effective_database_url
-    try:
-        engine = make_engine(url, settings=settings)
-    except (ArgumentError, ValueError) as exc:
-        raise click.BadParameter(str(exc), param_hint="--database-url") from None
-
-    async def _go() -> T:
-        try:
-            return await action(engine)
-        finally:
-            await engine.dispose()
-
-    try:
-        return asyncio.run(_go())
-    except (OperationalError, DBAPIError) as exc:
-        where = make_url(url).render_as_string(hide_password=True)
-        raise click.ClickException(f"cannot migrate {where}: {exc.orig}") from None
+    return run_db(settings, action, failure="cannot migrate")
 
 
 def _where(settings: TaskQSettings) -> str:
-    return make_url(settings.effective_database_url).render_as_string(hide_password=True)
+    return where(settings)
 
 
 @click.group()

@@ -1,16 +1,25 @@
-"""Options shared by several subcommands, and turning settings errors into usage errors."""
+"""Options shared by several subcommands, turning settings errors into usage errors, and
+running one database action with the errors an operator can act on as clean messages."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import click
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from taskq.exceptions import ConfigurationError
+from taskq.db.engine import make_engine
+from taskq.exceptions import ConfigurationError, SchemaNotReady
 from taskq.settings import TaskQSettings
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+
+__all__ = ["database_options", "json_option", "load_settings", "run_db", "where"]
 
 
 def database_options(fn: F) -> F:
@@ -42,3 +51,49 @@ def load_settings(database_url: str | None, schema_name: str | None) -> TaskQSet
     except ConfigurationError as exc:
         option = {"database_url": "--database-url", "schema_name": "--schema"}.get(exc.variable)
         raise click.UsageError(str(exc).replace(exc.variable, option or exc.variable, 1)) from None
+
+
+def json_option(fn: F) -> F:
+    """Add ``--json`` (stored as ``as_json``): print one JSON document instead of text."""
+    return click.option(
+        "--json", "as_json", is_flag=True, help="Print one JSON document instead of text."
+    )(fn)
+
+
+def where(settings: TaskQSettings) -> str:
+    """The configured database URL with its password hidden, for messages."""
+    return make_url(settings.effective_database_url).render_as_string(hide_password=True)
+
+
+def run_db(
+    settings: TaskQSettings,
+    action: Callable[[AsyncEngine], Awaitable[T]],
+    *,
+    failure: str = "cannot reach",
+) -> T:
+    """Run ``action`` on a fresh engine for ``settings`` and dispose of it; return its result.
+
+    A URL the engine cannot use is a usage error on ``--database-url`` (exit 2); a
+    database that refuses the connection or the statement is ``{failure} {url}: ...``
+    and an unmigrated one says to run ``taskq migrate up`` (exit 1). Anything else the
+    action raises (``ValueError`` for bad input, the library's refusals) propagates for
+    the command to turn into its own message.
+    """
+    url = settings.effective_database_url
+    try:
+        engine = make_engine(url, settings=settings)
+    except (ArgumentError, ValueError) as exc:
+        raise click.BadParameter(str(exc), param_hint="--database-url") from None
+
+    async def _go() -> T:
+        try:
+            return await action(engine)
+        finally:
+            await engine.dispose()
+
+    try:
+        return asyncio.run(_go())
+    except SchemaNotReady as exc:
+        raise click.ClickException(f"{where(settings)}: {exc}") from None
+    except (OperationalError, DBAPIError) as exc:
+        raise click.ClickException(f"{failure} {where(settings)}: {exc.orig}") from None

@@ -13,12 +13,15 @@ from taskq.exceptions import ConfigurationError, MissingProvider, SchemaNotReady
 from taskq.settings import WorkerSettings
 
 
-def load_target(target: str) -> Any:
-    """Import ``MODULE:ATTR`` and return the attribute (an actor registry)."""
+def load_target(target: str, *, param_hint: str = "TARGET") -> Any:
+    """Import ``MODULE:ATTR`` and return the attribute (an actor registry).
+
+    Problems are ``click.BadParameter`` errors naming ``param_hint``.
+    """
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise click.BadParameter(
-            "expected MODULE:ATTR, e.g. myapp.actors:registry", param_hint="TARGET"
+            "expected MODULE:ATTR, e.g. myapp.actors:registry", param_hint=param_hint
         )
     if "" not in sys.path:
         sys.path.insert(0, "")
@@ -26,13 +29,13 @@ def load_target(target: str) -> Any:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise click.BadParameter(
-            f"cannot import {module_name!r}: {exc}", param_hint="TARGET"
+            f"cannot import {module_name!r}: {exc}", param_hint=param_hint
         ) from None
     try:
         return getattr(module, attr)
     except AttributeError:
         raise click.BadParameter(
-            f"{module_name!r} has no attribute {attr!r}", param_hint="TARGET"
+            f"{module_name!r} has no attribute {attr!r}", param_hint=param_hint
         ) from None
 
 
