@@ -6,13 +6,18 @@
 ``max_concurrent``, ``max_pending`` and ``result_ttl`` are operator-owned once a row
 exists: :func:`sync_actor_config` (called by the worker at startup) seeds them only on
 insert, and :meth:`ActorsClient.set` is how an operator changes them.
+
+:class:`QueuesClient` is the same for the ``queues`` table: the fleet-wide per-queue
+concurrency cap (``queues.max_concurrent``) that workers read at startup.
 """
 
 from __future__ import annotations
 
 import builtins
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import structlog
@@ -22,6 +27,7 @@ from taskq.actor import ActorRef, get_actor, validate_actor_name
 from taskq.actor_config import ActorConfigDiff, ActorConfigRow, DeregisterResult
 from taskq.constants import validate_queue_name
 from taskq.db.queries import actor_config as q
+from taskq.db.queries import queues as qq
 from taskq.exceptions import (
     ActorHasActiveJobsError,
     ActorHasEnabledSchedulesError,
@@ -36,6 +42,8 @@ __all__ = [
     "ActorConfigRow",
     "ActorsClient",
     "DeregisterResult",
+    "QueueConfig",
+    "QueuesClient",
     "seed_values",
     "sync_actor_config",
 ]
@@ -215,3 +223,92 @@ class ActorsClient:
             terminal_jobs_remaining=terminal,
             queue_purged=purged,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class QueueConfig:
+    """What the store says about one queue.
+
+    ``stored`` tells whether a ``queues`` row exists; a queue known only from the
+    ``actor_config`` rows that use it has the defaults (``fifo``, uncapped, not paused)
+    and ``updated_at=None``. ``max_concurrent`` is the fleet-wide cap (``None``:
+    uncapped); ``actors`` are the stored actors on the queue, by name.
+    """
+
+    name: str
+    mode: str
+    max_concurrent: int | None
+    paused: bool
+    actors: tuple[str, ...]
+    stored: bool
+    updated_at: datetime | None
+
+    @classmethod
+    def of(cls, name: str, row: Mapping[Any, Any] | None, actors: Iterable[str]) -> QueueConfig:
+        """Build from a ``queues`` result row (or ``None``) and the queue's actors."""
+        return cls(
+            name=name,
+            mode=str(row["mode"]) if row is not None else "fifo",
+            max_concurrent=row["max_concurrent"] if row is not None else None,
+            paused=bool(row["paused"]) if row is not None else False,
+            actors=tuple(actors),
+            stored=row is not None,
+            updated_at=row["updated_at"] if row is not None else None,
+        )
+
+
+def _queue_cap(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(
+            f"a queue's max_concurrent must be None (uncapped) or an int >= 1, got {value!r}"
+        )
+    return value
+
+
+class QueuesClient:
+    """Operator-side queue settings on ``engine``: the fleet-wide per-queue cap.
+
+    Workers read ``queues.max_concurrent`` once, at startup (see the rate-limiting
+    page's queue-level concurrency cap), so a change applies as workers restart.
+    """
+
+    def __init__(self, engine: Engine, *, settings: TaskQSettings | None = None) -> None:
+        self.engine = engine
+        self.settings = settings
+
+    def get(self, queue: str) -> QueueConfig | None:
+        """The queue's settings; ``None`` when no ``queues`` row nor actor uses it."""
+        validate_queue_name(queue)
+        with transaction(self.engine, readonly=True) as conn:
+            row = conn.execute(qq.get(queue)).mappings().first()
+            actors = [str(a) for _, a in conn.execute(qq.actors_by_queue(queue)).all()]
+        if row is None and (not actors):
+            return None
+        return QueueConfig.of(queue, row, actors)
+
+    def list(self) -> builtins.list[QueueConfig]:
+        """Every queue with a ``queues`` row or a stored actor, by name."""
+        with transaction(self.engine, readonly=True) as conn:
+            rows = {str(r["name"]): r for r in conn.execute(qq.list_all()).mappings()}
+            by_queue: dict[str, builtins.list[str]] = {}
+            for queue, name in conn.execute(qq.actors_by_queue()).all():
+                by_queue.setdefault(str(queue), []).append(str(name))
+        names = sorted(rows.keys() | by_queue.keys())
+        return [QueueConfig.of(n, rows.get(n), by_queue.get(n, [])) for n in names]
+
+    def set_max_concurrent(self, queue: str, max_concurrent: int | None) -> QueueConfig:
+        """Set (or, with ``None``, clear) the queue's fleet-wide cap; UPSERTs its row.
+
+        ``max_concurrent`` must be ``>= 1``: a queue cap of 0 is rejected (a hard stop
+        belongs at the actor level, ``actor_config.max_concurrent = 0``). Bad input
+        raises ``ValueError`` and changes nothing. Idempotent.
+        """
+        validate_queue_name(queue)
+        cap = _queue_cap(max_concurrent)
+        with transaction(self.engine) as conn:
+            stmt = qq.upsert_max_concurrent(conn.dialect.name, queue, cap)
+            row = conn.execute(stmt).mappings().one()
+            actors = [str(a) for _, a in conn.execute(qq.actors_by_queue(queue)).all()]
+        return QueueConfig.of(queue, row, actors)

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from sqlalchemy import insert
 
 from taskq import actor
-from taskq.actor_config_ops import DeregisterResult, sync_actor_config
+from taskq.actor_config_ops import DeregisterResult, QueuesClient, sync_actor_config
 from taskq.client import TaskQ
 from taskq.db.engine import make_engine, transaction
 from taskq.db.tables import cron_schedules, jobs, queues
@@ -207,3 +207,27 @@ async def test_set_rejects_bad_input_and_changes_nothing(
     with pytest.raises(error):
         await call(mode, tq.actors.set, actor_name, **kwargs)
     assert await call(mode, tq.actors.list) == before
+
+
+async def test_queues_client_sets_reads_and_clears_the_cap(
+    tq: Any, mode: str, engine_url: Any, settings: TaskQSettings
+) -> None:
+    if mode == "sync":
+        from taskq_sync.actor_config_ops import QueuesClient as SyncQueuesClient
+
+        queues_client: Any = SyncQueuesClient(tq.engine, settings=settings)
+    else:
+        queues_client = QueuesClient(tq.engine, settings=settings)
+    capped = await call(mode, queues_client.set_max_concurrent, "cfgq", 5)
+    assert (capped.name, capped.max_concurrent, capped.stored) == ("cfgq", 5, True)
+    assert capped.actors == ("cfg_actor", "cfg_other")
+    created = await call(mode, queues_client.set_max_concurrent, "fresh", 2)
+    assert (created.max_concurrent, created.mode, created.paused) == (2, "fifo", False)
+    with pytest.raises(ValueError, match="int >= 1"):
+        await call(mode, queues_client.set_max_concurrent, "cfgq", 0)
+    assert (await call(mode, queues_client.get, "cfgq")).max_concurrent == 5
+    assert await call(mode, queues_client.get, "unknown") is None
+    cleared = await call(mode, queues_client.set_max_concurrent, "cfgq", None)
+    assert cleared.max_concurrent is None
+    listed = await call(mode, queues_client.list)
+    assert [(q.name, q.max_concurrent) for q in listed] == [("cfgq", None), ("fresh", 2)]

@@ -9,6 +9,7 @@ import click
 from taskq import __version__
 from taskq.cli.actor_config import actor_config
 from taskq.cli.migrate import migrate
+from taskq.cli.queues import queues
 from taskq.cli.quickstart import quickstart
 from taskq.cli.worker import worker
 
@@ -26,3 +27,4 @@ main.add_command(migrate)
 main.add_command(worker)
 main.add_command(quickstart)
 main.add_command(actor_config)
+main.add_command(queues)
