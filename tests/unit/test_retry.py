@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import random
 from datetime import timedelta
+from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from taskq.exceptions import PayloadValidationError, RetryAfter, Snooze
 from taskq.retry import RetryOverride, RetryPolicy, decide_retry
@@ -162,3 +164,29 @@ def test_snooze_and_retry_after_validate() -> None:
         Snooze(timedelta(seconds=-1))
     with pytest.raises(ValueError, match="delay"):
         RetryAfter(timedelta(seconds=-1))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"kind": "sometimes"}, "kind"),
+        ({"delay": timedelta(seconds=-1)}, "delay"),
+        ({"delay": 5}, "delay"),
+    ],
+)
+def test_retry_override_is_validated(kwargs: dict[str, object], fragment: str) -> None:
+    with pytest.raises(ValueError, match=fragment):
+        RetryOverride(**kwargs)  # type: ignore[arg-type]
+
+
+def test_a_retry_classifier_must_be_callable() -> None:
+    from taskq import actor
+
+    class Body(BaseModel):
+        n: int
+
+    async def classified_badly(payload: Body) -> None: ...
+
+    options: dict[str, Any] = {"name": "classified_badly", "retry_classifier": "transient"}
+    with pytest.raises(TypeError, match="retry_classifier"):
+        actor(**options)(classified_badly)
