@@ -151,12 +151,18 @@ class ProviderRegistry:
 
         Raises :class:`MissingProvider` for an actor or provider dependency with no
         provider, :class:`ScopeViolation` when a provider depends on a narrower scope (or
-        on itself through a cycle). Logs a WARNING for a sync actor taking a LOOP-scoped
-        dependency (not thread-safe).
+        on itself through a cycle), ``TypeError`` when an actor's payload type has been
+        registered (the worker supplies the payload, as it does the context). Logs a
+        WARNING for a sync actor taking a LOOP-scoped dependency (not thread-safe).
         """
         for provider in self._providers.values():
             self._check_provider(provider, [])
         for ref in actors:
+            if ref.payload_type in self._providers:
+                raise TypeError(
+                    f"{ref.payload_type.__qualname__} is the payload type of actor "
+                    f"{ref.name!r}: the worker supplies it, it cannot be registered as a provider"
+                )
             for param, dep in ref.dependencies.items():
                 dep_provider = self._providers.get(dep)
                 if dep_provider is None:

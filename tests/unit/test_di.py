@@ -128,6 +128,21 @@ def test_scope_violation_at_validate() -> None:
         registry.validate()
 
 
+def test_the_payload_and_the_context_cannot_be_providers() -> None:
+    """The page: payload and ctx are the worker's to supply, never registered."""
+    from taskq.context import JobContext
+
+    registry = ProviderRegistry()
+    with pytest.raises(TypeError, match="JobContext"):
+        registry.register_value(JobContext, Scope.PROCESS, object())
+    registry.register_value(Database, Scope.PROCESS, Database())
+    registry.register_class(HttpClient, Scope.PROCESS)
+    registry.register_value(Payload, Scope.PROCESS, Payload(n=1))
+    with pytest.raises(TypeError, match="payload type of actor 'di_send_email'"):
+        registry.validate(actors=[send_email])
+    assert not registry.sealed
+
+
 def test_loop_scope_in_sync_actor_warns() -> None:
     registry = ProviderRegistry()
     registry.register_class(HttpClient, Scope.LOOP)
