@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import builtins
 import math
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Iterable
 from typing import Any
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from taskq.actor import ActorRef, get_actor, validate_actor_name
-from taskq.actor_config import ActorConfigDiff, ActorConfigRow, DeregisterResult
+from taskq.actor_config import ActorConfigDiff, ActorConfigRow, DeregisterResult, QueueConfig
 from taskq.constants import validate_queue_name
 from taskq.db.engine import transaction
 from taskq.db.queries import actor_config as q
@@ -223,38 +221,6 @@ class ActorsClient:
             jobs_cancelled=cancelled,
             terminal_jobs_remaining=terminal,
             queue_purged=purged,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class QueueConfig:
-    """What the store says about one queue.
-
-    ``stored`` tells whether a ``queues`` row exists; a queue known only from the
-    ``actor_config`` rows that use it has the defaults (``fifo``, uncapped, not paused)
-    and ``updated_at=None``. ``max_concurrent`` is the fleet-wide cap (``None``:
-    uncapped); ``actors`` are the stored actors on the queue, by name.
-    """
-
-    name: str
-    mode: str
-    max_concurrent: int | None
-    paused: bool
-    actors: tuple[str, ...]
-    stored: bool
-    updated_at: datetime | None
-
-    @classmethod
-    def of(cls, name: str, row: Mapping[Any, Any] | None, actors: Iterable[str]) -> QueueConfig:
-        """Build from a ``queues`` result row (or ``None``) and the queue's actors."""
-        return cls(
-            name=name,
-            mode=str(row["mode"]) if row is not None else "fifo",
-            max_concurrent=row["max_concurrent"] if row is not None else None,
-            paused=bool(row["paused"]) if row is not None else False,
-            actors=tuple(actors),
-            stored=row is not None,
-            updated_at=row["updated_at"] if row is not None else None,
         )
 
 

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from taskq._ids import new_job_ids
 from taskq.actor import ActorRef, find_actor, get_actor
-from taskq.actor_config_ops import ActorsClient
+from taskq.actor_config_ops import ActorsClient, QueuesClient
 from taskq.backends.base import Backend
 from taskq.backends.held import held_connections_cap
 from taskq.backends.sql import SqlBackend
@@ -211,7 +211,8 @@ class JobsClient:
 
 
 class TaskQ:
-    """The application's handle on taskq: owns an engine, exposes ``jobs`` and ``actors``.
+    """The application's handle on taskq: owns an engine, exposes ``jobs``, ``actors`` and
+    ``queues``.
 
     ``async with TaskQ(dsn=...) as tq: await tq.jobs.enqueue(...)``. ``dsn`` is a
     SQLAlchemy URL (a plain ``postgresql://`` means psycopg); without it,
@@ -234,8 +235,9 @@ class TaskQ:
             settings=self.settings,
             held_connections=held_connections_cap(self.engine),
         )
-        self.jobs = JobsClient(self.backend, settings=self.settings)
+        self.jobs = JobsClient(self.backend)
         self.actors = ActorsClient(self.engine, settings=self.settings)
+        self.queues = QueuesClient(self.engine, settings=self.settings)
 
     async def __aenter__(self) -> TaskQ:
         return self

@@ -36,7 +36,7 @@ from taskq.records import (
 from taskq.request_batch import RequestBatch
 from taskq.settings import TaskQSettings
 from taskq.telemetry import enqueue_span, record_bulk_enqueued, record_enqueued, stamp_actors
-from taskq_sync.actor_config_ops import ActorsClient
+from taskq_sync.actor_config_ops import ActorsClient, QueuesClient
 from taskq_sync.backends.base import Backend
 from taskq_sync.backends.held import held_connections_cap
 from taskq_sync.backends.sql import SqlBackend
@@ -205,7 +205,8 @@ class JobsClient:
 
 
 class TaskQ:
-    """The application's handle on taskq: owns an engine, exposes ``jobs`` and ``actors``.
+    """The application's handle on taskq: owns an engine, exposes ``jobs``, ``actors`` and
+    ``queues``.
 
     ``async with TaskQ(dsn=...) as tq: await tq.jobs.enqueue(...)``. ``dsn`` is a
     SQLAlchemy URL (a plain ``postgresql://`` means psycopg); without it,
@@ -226,8 +227,9 @@ class TaskQ:
         self.backend = SqlBackend(
             self.engine, settings=self.settings, held_connections=held_connections_cap(self.engine)
         )
-        self.jobs = JobsClient(self.backend, settings=self.settings)
+        self.jobs = JobsClient(self.backend)
         self.actors = ActorsClient(self.engine, settings=self.settings)
+        self.queues = QueuesClient(self.engine, settings=self.settings)
 
     def __enter__(self) -> TaskQ:
         return self

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from sqlalchemy import insert
 
 from taskq import actor
-from taskq.actor_config_ops import DeregisterResult, QueuesClient, sync_actor_config
+from taskq.actor_config_ops import DeregisterResult, sync_actor_config
 from taskq.client import TaskQ
 from taskq.db.engine import make_engine, transaction
 from taskq.db.tables import cron_schedules, jobs, queues
@@ -209,15 +209,8 @@ async def test_set_rejects_bad_input_and_changes_nothing(
     assert await call(mode, tq.actors.list) == before
 
 
-async def test_queues_client_sets_reads_and_clears_the_cap(
-    tq: Any, mode: str, engine_url: Any, settings: TaskQSettings
-) -> None:
-    if mode == "sync":
-        from taskq_sync.actor_config_ops import QueuesClient as SyncQueuesClient
-
-        queues_client: Any = SyncQueuesClient(tq.engine, settings=settings)
-    else:
-        queues_client = QueuesClient(tq.engine, settings=settings)
+async def test_queues_client_sets_reads_and_clears_the_cap(tq: Any, mode: str) -> None:
+    queues_client = tq.queues
     capped = await call(mode, queues_client.set_max_concurrent, "cfgq", 5)
     assert (capped.name, capped.max_concurrent, capped.stored) == ("cfgq", 5, True)
     assert capped.actors == ("cfg_actor", "cfg_other")
