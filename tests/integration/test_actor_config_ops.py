@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 from sqlalchemy import insert
+from structlog.testing import capture_logs
 
 from taskq import actor
 from taskq.actor_config_ops import DeregisterResult, sync_actor_config
@@ -80,10 +81,15 @@ async def test_seed_only_fields_survive_a_resync(
     )
     await call(mode, tq.actors.set, "cfg_actor", max_concurrent=1, max_pending=None)
     engine = make_engine(engine_url, settings=settings)
-    async with transaction(engine) as conn:
-        [stored] = await sync_actor_config(conn, [cfg_actor])
+    with capture_logs() as logs:
+        async with transaction(engine) as conn:
+            [stored, _] = await sync_actor_config(conn, [cfg_actor, cfg_other])
     await engine.dispose()
     assert (stored.max_concurrent, stored.max_pending) == (1, None)
+    # The tell the page names: one info line per actor whose literal is not enforced.
+    overrides = [e for e in logs if e["event"] == "actor-config-capacity-override"]
+    assert [(e["log_level"], e["actor"]) for e in overrides] == [("info", "cfg_actor")]
+    assert set(overrides[0]["fields"]) == {"max_concurrent", "max_pending"}
     diff = {d.field: d for d in await call(mode, tq.actors.diff, [cfg_actor])}
     assert diff["max_concurrent"].differs
     assert diff["max_concurrent"].enforced == "stored"
