@@ -150,9 +150,15 @@ class ConcurrencyReservation:
         return None if value is None else int(value)
 
     def release(self, slot_index: int, worker_id: UUID, pool: Engine | None = None) -> None:
-        """Free ``slot_index``; a no-op unless ``worker_id`` holds it (no double release)."""
+        """Free ``slot_index``; a no-op unless ``worker_id`` holds it (no double release).
+
+        Without ``pool`` this needs a memory reservation (one built with ``clock=``) and
+        raises ``RuntimeError`` otherwise, like :meth:`acquire`: a store-backed slot
+        released without an engine would otherwise stay held until its lease lapsed.
+        """
         worker = _uuid(worker_id, "worker_id")
         if pool is None:
+            self._clock_us()
             self._memory.release(slot_index, worker)
             return
         with transaction(_bind(pool, self.schema)) as conn:
