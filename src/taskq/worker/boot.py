@@ -5,8 +5,9 @@ Postgres, a failover) can meet a refused or dropped connection before it has reg
 Each boot step is retried on a *connection* failure, with exponential backoff, until
 ``boot_retry_timeout`` has passed since the first failure; then the boot fails loudly
 (the error propagates and the process exits 1, for its supervisor to restart). Any other
-error (a missing schema, a bad configuration, a conflicting rate-limit registration)
-fails the boot at once: waiting would not fix it.
+error (a missing schema, a bad configuration, a conflicting rate-limit registration, a
+rate limit or reservation an actor names but no registry holds) fails the boot at once:
+waiting would not fix it.
 
 A step is whole or absent: the worker-row step is one transaction, and the rate-limit
 step's registrations and slot sync are idempotent, so a retried step never half-applies.

@@ -2,7 +2,11 @@
 
 Every ``heartbeat_interval`` one transaction stamps the worker row, extends the lease of
 every claimed row this worker still holds (to now + ``lock_lease``) and the leases of
-the reservation slots those jobs hold. When heartbeats keep failing for longer than the
+the reservation slots those jobs hold (each to now + its reservation's ``lease``, see
+:func:`taskq.db.queries.worker.renew_slot_leases`). Slots of memory-backed reservations
+are renewed in process on the same beat, before the transaction (they need no store):
+otherwise a job running longer than the lease would lose its slot to the next job in
+this process, over-admitting the reservation. When heartbeats keep failing for longer than the
 lock lease, the sweep elsewhere may already have handed this worker's rows to someone
 else: :meth:`Heartbeat.isolate_self` stops every local attempt instead of finishing
 work that is no longer ours.
@@ -13,15 +17,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 from uuid import UUID
 
 import structlog
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from taskq.db.dialect import schema_translate_map
 from taskq.db.engine import transaction
 from taskq.db.queries import worker as wq
 from taskq.worker.dispatch import Dispatcher
+from taskq.worker.resources import Limits, SlotHold
 
 __all__ = ["Heartbeat"]
 
@@ -41,6 +48,7 @@ class Heartbeat:
         lease_s: float,
         grace_s: float,
         renew_slots: bool,
+        limits: Limits | None = None,
         after_beat: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._engine = engine
@@ -50,6 +58,7 @@ class Heartbeat:
         self._lease = lease_s
         self._grace = grace_s
         self.renew_slots = renew_slots
+        self._limits = limits
         self._after_beat = after_beat
         self.status = "running"
         self.last_ok = time.monotonic()
@@ -63,16 +72,38 @@ class Heartbeat:
     async def beat(self) -> None:
         """One heartbeat transaction (raises on a store error)."""
         ids = list(self._dispatcher.inflight)
+        held = self._held_slots(ids)
+        stored: dict[str, list[dict[str, Any]]] = {}
+        for hold in held:
+            res = hold.reservation
+            if res.clock is not None:
+                await res.renew(hold.slot_index, self._worker_id)
+                continue
+            stored.setdefault(res.schema, []).append(
+                {
+                    "b_name": res.name,
+                    "b_slot": hold.slot_index,
+                    "b_job": hold.job_id,
+                    "b_lease": res.lease_s,
+                }
+            )
         async with transaction(self._engine) as conn:
             await conn.execute(wq.heartbeat_worker(self._dialect, self._worker_id, self.status))
             if ids:
                 await conn.execute(self._leases, {"ids": ids})
-                if self.renew_slots:
-                    await conn.execute(self._slots, {"ids": ids})
+            for schema, params in stored.items():
+                translate = schema_translate_map(self._engine.url, schema)
+                options = {"schema_translate_map": translate} if translate else {}
+                await conn.execute(self._slots, params, execution_options=options)
         self.last_ok = time.monotonic()
         if self.isolated:
             _log.warning("worker-rejoined", worker_id=str(self._worker_id))
             self.isolated = False
+
+    def _held_slots(self, ids: list[UUID]) -> list[SlotHold]:
+        if not ids or not self.renew_slots or self._limits is None:
+            return []
+        return self._limits.held_slots(ids)
 
     async def run(self) -> None:
         """Beat forever (until cancelled); isolate when the store is gone past the lease."""

@@ -3,15 +3,19 @@
 :class:`Dependencies` opens one DI scope per attempt (TRANSIENT instances live until the
 attempt ends; a sync actor's THREAD instances are built on its own thread) and checks at
 boot that every dependency has a provider. :class:`Limits` registers actor-declared
-primitives, sets up queue caps, and acquires/releases per attempt: the queue cap slot
-first, then the actor's reservations and rate limits (``acquire_for_actor``).
+primitives and queue caps, checks at boot that every name an actor references is
+registered, acquires/releases per attempt (the queue cap slot first, then the actor's
+reservations and rate limits, ``acquire_for_actor``) and tells the heartbeat which
+slots each running job holds. :func:`resolve_rate_limit_registry` picks the registry
+from the ``rate_limit_registry`` argument or a DI value provider.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterable
-from typing import Any
+from collections.abc import AsyncIterator, Collection, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import structlog
@@ -21,12 +25,15 @@ from taskq.actor import ActorRef
 from taskq.db.engine import transaction
 from taskq.db.queries import worker as wq
 from taskq.di import Container, ProviderRegistry, Scope
-from taskq.exceptions import MissingProvider
+from taskq.exceptions import ConfigurationError, MissingProvider
 from taskq.settings import WorkerSettings
 from taskq.testing.clock import SystemClock
 from taskq.worker.state import RunningJob
 
-__all__ = ["Dependencies", "Limits"]
+if TYPE_CHECKING:
+    from taskq.ratelimit import ConcurrencyReservation
+
+__all__ = ["Dependencies", "Limits", "SlotHold", "resolve_rate_limit_registry"]
 
 _log = structlog.get_logger("taskq.worker")
 
@@ -110,6 +117,62 @@ class Dependencies:
                 await self._container.aclose()
 
 
+def resolve_rate_limit_registry(argument: Any, di_registry: ProviderRegistry | None) -> Any:
+    """The worker's ``RateLimitRegistry``: the argument, a DI provider, or ``None``.
+
+    ``None`` (neither given) means the module-level default, picked by :meth:`Limits.boot`
+    when an actor needs one. A DI registration must be a value provider at ``Scope.LOOP``
+    holding a ``RateLimitRegistry`` instance, read here without resolving anything:
+    dispatch uses the registry from the LOOP-scope cache only, which a factory, a class
+    or another scope would not guarantee to be one instance for the worker's life.
+    Raises ``TypeError`` for any other provider, and when both the argument and a DI
+    provider are given (ambiguous: neither silently wins).
+    """
+    from taskq.ratelimit import RateLimitRegistry
+
+    provider = di_registry.get(RateLimitRegistry) if di_registry is not None else None
+    if provider is None:
+        return argument
+    if argument is not None:
+        raise TypeError(
+            "pass the RateLimitRegistry either as rate_limit_registry= or as a DI provider, "
+            "not both (ambiguous)"
+        )
+    if provider.kind != "value":
+        raise TypeError(
+            f"RateLimitRegistry must be a value provider (register_value), got a "
+            f"{provider.kind} provider: dispatch resolves it from the LOOP-scope cache only"
+        )
+    if provider.scope is not Scope.LOOP:
+        raise TypeError(
+            f"RateLimitRegistry must be registered at Scope.LOOP, got Scope.{provider.scope.name}"
+        )
+    if not isinstance(provider.target, RateLimitRegistry):
+        raise TypeError(
+            "the RateLimitRegistry provider holds "
+            f"{type(provider.target).__name__}, not a RateLimitRegistry"
+        )
+    return provider.target
+
+
+@dataclass(frozen=True, slots=True)
+class SlotHold:
+    """A reservation slot a running job holds (what the heartbeat renews)."""
+
+    reservation: ConcurrencyReservation
+    slot_index: int
+    job_id: UUID
+
+
+@dataclass(slots=True)
+class _Acquired:
+    """What :meth:`Limits.acquire` took for one attempt (opaque to the attempt)."""
+
+    job_id: UUID
+    caps: list[tuple[Any, int]] = field(default_factory=list)
+    resources: list[Any] = field(default_factory=list)
+
+
 class Limits:
     """Rate limits, reservations and queue caps for one worker."""
 
@@ -129,34 +192,55 @@ class Limits:
         self._redis: Any = None
         self.queue_caps: dict[str, Any] = {}
         self.active = False
+        self._slots: dict[UUID, list[SlotHold]] = {}
+
+    def prepare(self, actors: Iterable[ActorRef[Any, Any]]) -> None:
+        """Pick the registry, register actor-declared primitives, check referenced names.
+
+        In process only, so the boot runs it before touching the store: a configuration
+        error fails the boot at once (``ConfigurationError`` / ``ValueError``, never
+        retried as a connection failure) and leaves no ``workers`` row behind. Names of
+        queue caps are checked by :meth:`boot`, which registers the caps.
+        """
+        from taskq.ratelimit import ConcurrencyReservation, SlidingWindow, TokenBucket
+        from taskq.ratelimit import registry as default_registry
+
+        refs = list(actors)
+        if any(ref.rate_limits or ref.reservations for ref in refs) and self.registry is None:
+            self.registry = default_registry
+        for ref in refs:
+            for item in (*ref.rate_limits, *ref.reservations):
+                if isinstance(item, TokenBucket | SlidingWindow | ConcurrencyReservation):
+                    self.registry.register(item)
+        self.check_names(refs, queue_caps=False)
 
     async def boot(self, actors: Iterable[ActorRef[Any, Any]]) -> None:
-        """Register actor-declared primitives, sync their slots, and set up queue caps.
+        """Set up queue caps, sync the slot rows of every reservation, open Redis.
 
-        A queue with ``queues.max_concurrent`` gets a ``taskq:global:queue:{queue}``
-        reservation every job on it acquires first. A failure here crashes the boot: a
-        cap registered without its slot rows would deny every dispatch on that queue.
+        Runs after :meth:`prepare`. A queue with ``queues.max_concurrent`` gets a
+        ``taskq:global:queue:{queue}`` reservation, registered in the registry like any
+        other (``get_reservation`` finds it, ``reservations()`` lists its slots) and
+        acquired first by every job on that queue. A failure here crashes the boot: a cap
+        registered without its slot rows would deny every dispatch on that queue.
         """
-        from taskq.ratelimit import ConcurrencyReservation, SlidingWindow, TokenBucket, sync_slots
+        from taskq.ratelimit import ConcurrencyReservation, sync_slots
         from taskq.ratelimit import registry as default_registry
         from taskq.ratelimit.refs import queue_concurrency_reservation_name
 
         refs = list(actors)
         uses_limits = any(ref.rate_limits or ref.reservations for ref in refs)
-        if uses_limits and self.registry is None:
-            self.registry = default_registry
-        declared = [
-            item
-            for ref in refs
-            for item in (*ref.rate_limits, *ref.reservations)
-            if isinstance(item, TokenBucket | SlidingWindow | ConcurrencyReservation)
-        ]
-        for item in declared:
-            self.registry.register(item)
-        slots = [i for i in declared if isinstance(i, ConcurrencyReservation)]
         s = self._settings
         async with transaction(self._engine, readonly=True) as conn:
             caps = (await conn.execute(wq.queue_caps(s.queues))).all()
+        if caps and self.registry is None:
+            self.registry = default_registry
+        slots = [
+            item
+            for ref in refs
+            for item in ref.reservations
+            if isinstance(item, ConcurrencyReservation)
+        ]
+        self.queue_caps = {}
         for queue, max_concurrent in caps:
             reservation = ConcurrencyReservation(
                 queue_concurrency_reservation_name(queue),
@@ -164,8 +248,12 @@ class Limits:
                 lease=s.lock_lease,
                 schema=s.schema_name,
             )
+            # The row read just now is the cap's one source of truth: it replaces a stale
+            # registration left by an earlier worker in this process.
+            self.registry.register_queue_cap(reservation)
             self.queue_caps[queue] = reservation
             slots.append(reservation)
+        self.check_names(refs, queue_caps=True)
         if slots:
             await sync_slots(slots, pool=self._engine, schema=s.schema_name)
         if uses_limits and s.redis_url and any(ref.rate_limits for ref in refs):
@@ -174,48 +262,101 @@ class Limits:
             self._redis = Redis.from_url(s.redis_url)
         self.active = uses_limits or bool(self.queue_caps)
 
-    async def acquire(self, job: RunningJob, payload: Any) -> Any:
+    def check_names(self, actors: Iterable[ActorRef[Any, Any]], *, queue_caps: bool) -> None:
+        """Fail when an actor references an unregistered rate limit or reservation.
+
+        Only plain names are checked (keyed refs register their concrete names lazily);
+        ``queue_caps`` selects the ``taskq:global:queue:*`` names (checked once the caps
+        are registered) or every other name. Without this a missing name surfaced as a
+        ``KeyError`` in every attempt of the actor, spending its retry budget. Raises
+        ``ConfigurationError`` listing every missing ``actor -> name``.
+        """
+        from taskq.ratelimit.refs import queue_concurrency_reservation_name
+
+        cap_prefix = queue_concurrency_reservation_name("q")[:-1]
+        missing: list[str] = []
+        registry = self.registry
+        for ref in actors:
+            for kind, entries, lookup in (
+                ("rate limit", ref.rate_limits, "get_rate_limit"),
+                ("reservation", ref.reservations, "get_reservation"),
+            ):
+                for entry in entries:
+                    if not isinstance(entry, str) or entry.startswith(cap_prefix) != queue_caps:
+                        continue
+                    try:
+                        getattr(registry, lookup)(entry)
+                    except (KeyError, AttributeError):
+                        missing.append(f"actor {ref.name!r} references {kind} {entry!r}")
+        if missing:
+            raise ConfigurationError(
+                "rate_limit_registry",
+                "not registered: "
+                + "; ".join(missing)
+                + " (register primitives referenced by name before the worker starts, "
+                "or declare the instance on the actor)",
+            )
+
+    async def acquire(self, job: RunningJob, payload: Any) -> _Acquired:
         """Queue cap slot first, then the actor's reservations and rate limits, in order.
 
         Raises ``ReservationUnavailable`` (after releasing what it took) when one is denied.
+        The slots taken are recorded for the heartbeat (:meth:`held_slots`) until released.
         """
-        held: list[tuple[Any, int]] = []
+        from taskq.ratelimit import ReservationHandle
+
+        taken = _Acquired(job.id)
         cap = self.queue_caps.get(job.row["queue"])
         if cap is not None:
-            held.append((cap, await cap.acquire(job.id, self._worker_id, pool=self._engine)))
+            taken.caps.append((cap, await cap.acquire(job.id, self._worker_id, pool=self._engine)))
         ref = job.ref
-        if not (ref.rate_limits or ref.reservations) or self.registry is None:
-            return (held, [])
-        try:
-            acquired = await self.registry.acquire_for_actor(
-                ref,
-                payload,
-                job_id=job.id,
-                worker_id=self._worker_id,
-                redis_client=self._redis,
-                pg_pool=self._engine,
-                clock=self._clock,
-                settings=self._settings,
-            )
-        except BaseException:
-            await self.release((held, []))
-            raise
-        return (held, acquired)
+        if (ref.rate_limits or ref.reservations) and self.registry is not None:
+            try:
+                taken.resources = await self.registry.acquire_for_actor(
+                    ref,
+                    payload,
+                    job_id=job.id,
+                    worker_id=self._worker_id,
+                    redis_client=self._redis,
+                    pg_pool=self._engine,
+                    clock=self._clock,
+                    settings=self._settings,
+                )
+            except BaseException:
+                await self.release(taken)
+                raise
+        held = [SlotHold(res, slot, job.id) for res, slot in taken.caps]
+        held += [
+            SlotHold(h.primitive, h.slot_index, job.id)
+            for h in taken.resources
+            if isinstance(h, ReservationHandle)
+        ]
+        if held:
+            self._slots[job.id] = held
+        return taken
 
-    async def release(self, acquired: Any) -> None:
+    async def release(self, acquired: _Acquired) -> None:
         """Give back reservation slots (rate-limit tokens stay spent), newest first."""
-        held, resources = acquired
-        if resources and self.registry is not None:
+        self._slots.pop(acquired.job_id, None)
+        if acquired.resources and self.registry is not None:
             await self.registry.release_for_actor(
-                resources,
+                acquired.resources,
                 worker_id=self._worker_id,
                 redis_client=self._redis,
                 pg_pool=self._engine,
                 clock=self._clock,
                 settings=self._settings,
             )
-        for reservation, slot in reversed(held):
+        for reservation, slot in reversed(acquired.caps):
             await reservation.release(slot, self._worker_id, pool=self._engine)
+
+    def held_slots(self, job_ids: Collection[UUID]) -> list[SlotHold]:
+        """The reservation slots held by the listed jobs (the heartbeat renews these).
+
+        Limited to ``job_ids`` (the jobs still in flight) so an attempt that never
+        unwound to its release does not keep its slots alive past its row.
+        """
+        return [hold for job_id in job_ids for hold in self._slots.get(job_id, ())]
 
     def evict_idle(self) -> None:
         """Per-worker (not leader-gated) eviction of idle keyed primitives."""

@@ -1,9 +1,10 @@
 """``worker_main``: boot a worker process, run its loops, and shut it down in phases.
 
-Boot: sync ``actor_config`` (seed-only capacity fields), register the worker row, open
-the DI container, register actor-declared rate-limit primitives. Run: the claim loop, the
-completer, the heartbeat (with leader renewal), the cancel poll, the leader's sweep, the
-progress flush and, on Postgres, the LISTEN connection. Stop: see
+Boot: register actor-declared rate-limit primitives and check that every name an actor
+references is registered, sync ``actor_config`` (seed-only capacity fields), register the
+worker row, open the DI container, set up queue caps and sync reservation slots. Run: the
+claim loop, the completer, the heartbeat (with leader renewal), the cancel poll, the
+leader's sweep, the progress flush and, on Postgres, the LISTEN connection. Stop: see
 :mod:`taskq.worker.shutdown`.
 """
 
@@ -44,7 +45,7 @@ from taskq.worker.heartbeat import Heartbeat
 from taskq.worker.leader import LeaderLease
 from taskq.worker.notify import Listener
 from taskq.worker.progress import Progress
-from taskq.worker.resources import Dependencies, Limits
+from taskq.worker.resources import Dependencies, Limits, resolve_rate_limit_registry
 from taskq.worker.shutdown import WATCHDOG_TAIL_S, Phase, ShutdownState, Watchdog
 from taskq.worker.state import Outcome, RunningJob
 from taskq.worker.subjobs import AutonomousCounter, SubJobs
@@ -82,6 +83,10 @@ def resolve_actors(
 class Worker:
     """One worker process's runtime (``await Worker(...).run()`` returns its exit code).
 
+    The rate-limit registry is ``rate_limit_registry``, or a ``RateLimitRegistry`` value
+    provider at ``Scope.LOOP`` in ``di_registry`` (equivalent; giving both, or any other
+    kind of provider, raises ``TypeError``), or else the module-level default.
+
     ``hard_exit`` (the default) lets the worker end its process: ``os._exit`` when
     executor threads outlive the shutdown, and the watchdog that ends it when the shutdown
     overruns ``termination_grace_period``. ``False`` is for a worker running inside a
@@ -101,6 +106,8 @@ class Worker:
     ) -> None:
         if not actors:
             raise ValueError("a worker needs at least one actor")
+        # Before anything is built: a bad DI registration is a TypeError at construction.
+        rl_registry = resolve_rate_limit_registry(rate_limit_registry, di_registry)
         self.settings = settings
         self.hard_exit = hard_exit
         self.actors = dict(actors)
@@ -110,7 +117,12 @@ class Worker:
         self._sub_job_backend: SqlBackend | None = None
         self._registered = False
         self.engine = engine or make_engine(settings.effective_database_url, settings=settings)
-        self.limits = Limits(self.engine, settings, self.worker_id, rate_limit_registry)
+        self.limits = Limits(
+            self.engine,
+            settings,
+            self.worker_id,
+            rl_registry,
+        )
         self.deps = Dependencies(di_registry)
         self.progress = Progress(
             self.engine,
@@ -151,6 +163,7 @@ class Worker:
             lease_s=s.lock_lease.total_seconds(),
             grace_s=(s.cancellation_grace_period + s.cleanup_grace_period).total_seconds() + 1.0,
             renew_slots=any(ref.reservations for ref in self.actors.values()),
+            limits=self.limits,
             after_beat=self._after_beat,
         )
 
@@ -226,6 +239,10 @@ class Worker:
             stop=self.state.requested,
             log=self._log,
         )
+        # In process, before any store write: a name no registry holds fails the boot at
+        # once (not a connection failure, so never retried) and leaves no worker row.
+        if not await step("rate-limit-names", self._prepare_limits):
+            return False
         if not await step("register", self._register):
             return False
         self.deps.open(self.actors.values())
@@ -243,6 +260,9 @@ class Worker:
             pid=os.getpid(),
         )
         return True
+
+    async def _prepare_limits(self) -> None:
+        self.limits.prepare(self.actors.values())
 
     async def _register(self) -> None:
         """Sync ``actor_config`` and insert this worker's row, in one transaction."""
@@ -465,6 +485,8 @@ def worker_main(
 
     ``actor_registry`` maps names to actors (or lists them); ``None`` means every actor
     imported in this process. ``settings`` defaults to ``WorkerSettings.load()``.
+    ``rate_limit_registry`` may instead come from ``di_registry`` as a ``RateLimitRegistry``
+    value provider at ``Scope.LOOP`` (see :class:`Worker`).
     """
     resolved = settings or WorkerSettings.load()
     actors = resolve_actors(actor_registry)

@@ -48,6 +48,8 @@ _KEYED_IDLE_THRESHOLD = timedelta(hours=1)
 _OPPORTUNISTIC_EVICT_MIN_INTERVAL = timedelta(seconds=30)
 "At most one eviction scan per this interval on the acquisition path, per kind."
 RateLimit = TokenBucket | SlidingWindow
+_QUEUE_CAP_PREFIX = "taskq:global:queue:"
+"Names of the reservations a worker registers for ``queues.max_concurrent``."
 
 
 def _actor_name(actor: object) -> str:
@@ -113,6 +115,27 @@ class RateLimitRegistry:
             raise ValueError(
                 f"{primitive.name!r} is already registered with a different config: {existing!r} vs {primitive!r}"
             )
+
+    def register_queue_cap(self, reservation: ConcurrencyReservation) -> None:
+        """Register a worker's queue cap ``taskq:global:queue:{queue}``, replacing a stale one.
+
+        The worker calls this at startup with the cap it just read from the ``queues``
+        row, the cap's single source of truth. Unlike :meth:`register`, a different config
+        already under that name (an earlier worker in this process, before the cap or the
+        lock lease changed) is replaced instead of raising: the slot rows are shared and
+        re-synced from the new value, so a stale in-process copy is never right. Any other
+        name raises ``ValueError``.
+        """
+        if not isinstance(reservation, ConcurrencyReservation):
+            raise TypeError(f"expected a ConcurrencyReservation, got {type(reservation).__name__}")
+        if not reservation.name.startswith(_QUEUE_CAP_PREFIX):
+            raise ValueError(
+                f"{reservation.name!r} is not a queue cap name ({_QUEUE_CAP_PREFIX}<queue>)"
+            )
+        with self._lock:
+            existing = self._reservations.get(reservation.name)
+            if existing is None or existing.config != reservation.config:
+                self._reservations[reservation.name] = reservation
 
     def get_rate_limit(self, name: str) -> TokenBucket | SlidingWindow:
         """The rate limit registered as ``name``; ``KeyError`` if none."""

@@ -13,6 +13,7 @@ from uuid import UUID
 
 from sqlalchemy import (
     Delete,
+    Float,
     Select,
     Update,
     and_,
@@ -117,27 +118,34 @@ def renew_job_leases(dialect_name: str, worker_id: UUID, lease_s: float) -> Upda
 
 
 def renew_slot_leases(dialect_name: str, worker_id: UUID) -> Update:
-    """Extend reservation slots held by this worker's running jobs (``ids``) by their own lease.
+    """Extend one reservation slot this worker holds for a job to now + its lease (executemany).
 
-    A slot's lease length is ``lease_expires_at - acquired_at`` as its acquirer set it.
+    Parameters per slot: ``b_name``, ``b_slot``, ``b_job`` and ``b_lease`` (seconds: the
+    ``lease`` of the ``ConcurrencyReservation`` that claimed it). The new end is the
+    store's clock plus one lease, never the old end plus anything, so a held slot's lease
+    stays at one lease duration from the last heartbeat however long the job runs, and a
+    crashed holder's slot frees one lease after its last heartbeat.
+
+    The duration is passed in rather than read from the row: the row has no lease
+    column, and ``lease_expires_at - acquired_at`` stops being the lease after the first
+    renewal (``acquired_at`` never moves, so each beat used to add the job's elapsed time).
+    Only the process that claimed a slot renews it, and it claimed it with this very
+    reservation object, so the duration is the one the claim used; the time arithmetic
+    stays on the store's clock (``clock_timestamp()`` / SQLite ``now``) on both engines,
+    so worker clocks never enter it. Fenced on ``worker_id`` and ``job_id``: a slot
+    released, lapsed and re-taken by anyone else (or by this worker for another job) is
+    left alone.
     """
-    if dialect_name == "postgresql":
-        length: ColumnElement[Any] = func.extract(
-            "epoch", reservation_slots.c.lease_expires_at - reservation_slots.c.acquired_at
-        )
-    else:
-        length = (
-            func.julianday(reservation_slots.c.lease_expires_at)
-            - func.julianday(reservation_slots.c.acquired_at)
-        ) * 86400.0
     return (
         update(reservation_slots)
         .where(
+            reservation_slots.c.name == bindparam("b_name", type_=reservation_slots.c.name.type),
+            reservation_slots.c.slot_index
+            == bindparam("b_slot", type_=reservation_slots.c.slot_index.type),
             reservation_slots.c.worker_id == worker_id,
-            reservation_slots.c.job_id.in_(bindparam("ids", expanding=True)),
-            reservation_slots.c.acquired_at.is_not(None),
+            reservation_slots.c.job_id == bindparam("b_job", type_=reservation_slots.c.job_id.type),
         )
-        .values(lease_expires_at=now_plus(dialect_name, length))
+        .values(lease_expires_at=now_plus(dialect_name, bindparam("b_lease", type_=Float())))
     )
 
 
