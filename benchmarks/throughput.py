@@ -86,7 +86,7 @@ async def _enqueue_backlog(url: str, count: int) -> float:
     from tests.e2e.apps.basic import Empty, noop
 
     engine = make_engine(url, settings=_settings(url))
-    client = JobsClient(SqlBackend(engine, settings=_settings(url)), settings=_settings(url))
+    client = JobsClient(SqlBackend(engine, settings=_settings(url)))
     started = time.perf_counter()
     chunk = 1000
     for start in range(0, count, chunk):
@@ -191,7 +191,7 @@ async def _offer(url: str, rate: float, seconds: float) -> int:
     from tests.e2e.apps.basic import Empty, noop
 
     engine = make_engine(url, settings=_settings(url))
-    client = JobsClient(SqlBackend(engine, settings=_settings(url)), settings=_settings(url))
+    client = JobsClient(SqlBackend(engine, settings=_settings(url)))
     total = int(rate * seconds)
     start = time.perf_counter()
     for i in range(total):

@@ -78,11 +78,7 @@ def _resolve(actor: ActorRef[Any, Any] | str) -> ActorRef[Any, Any]:
 class JobsClient:
     """Enqueue jobs and look them up, on any :class:`~taskq.backends.base.Backend`."""
 
-    def __init__(self, backend: Backend, *, settings: TaskQSettings | None = None) -> None:
-        # ``settings`` is accepted for TaskQ and the worker, which pass theirs; no
-        # setting applies at enqueue (TASKQ_DEFAULT_START_TO_CLOSE is the worker's to
-        # apply when an attempt runs).
-        del settings
+    def __init__(self, backend: Backend) -> None:
         self.backend = backend
 
     def _request(

@@ -77,8 +77,7 @@ def _resolve(actor: ActorRef[Any, Any] | str) -> ActorRef[Any, Any]:
 class JobsClient:
     """Enqueue jobs and look them up, on any :class:`~taskq.backends.base.Backend`."""
 
-    def __init__(self, backend: Backend, *, settings: TaskQSettings | None = None) -> None:
-        del settings
+    def __init__(self, backend: Backend) -> None:
         self.backend = backend
 
     def _request(

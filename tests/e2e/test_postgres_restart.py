@@ -63,7 +63,7 @@ async def test_workers_finish_the_queue_across_a_real_postgres_restart(
             return count == 2
 
         await wait_until(both_running, timeout=90)  # both booted before the server goes away
-        client = JobsClient(SqlBackend(engine, settings=settings), settings=settings)
+        client = JobsClient(SqlBackend(engine, settings=settings))
         total = 2000
         items = [EnqueueArgs(basic.record, basic.Work(n=n, seconds=0.005)) for n in range(total)]
         for start in range(0, total, 1000):

@@ -38,7 +38,7 @@ async def test_five_thousand_jobs_three_processes_one_sqlite_file_exactly_once(
 ) -> None:
     engine = make_engine(sqlite_url, settings=settings)
     try:
-        client = JobsClient(SqlBackend(engine, settings=settings), settings=settings)
+        client = JobsClient(SqlBackend(engine, settings=settings))
         items = [EnqueueArgs(basic.record, basic.Work(n=n)) for n in range(TOTAL)]
         for start in range(0, TOTAL, 1000):
             await client.enqueue_many(items[start : start + 1000])

@@ -82,7 +82,7 @@ async def test_a_connection_lost_during_boot_is_retried(
     try:
         async with _retrying_boot(engine, pg_url, log, procs) as proc:
             pass
-        client = JobsClient(SqlBackend(engine, settings=settings), settings=settings)
+        client = JobsClient(SqlBackend(engine, settings=settings))
         handle = await client.enqueue(basic.record, basic.Work(n=1))
         assert await handle.wait(timeout=60) is None
         assert await handle.status() == "succeeded"

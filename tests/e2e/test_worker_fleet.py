@@ -48,7 +48,7 @@ async def test_ten_thousand_jobs_four_processes_one_percent_failing(
     url = engine_url
     engine = make_engine(url, settings=settings)
     try:
-        client = JobsClient(SqlBackend(engine, settings=settings), settings=settings)
+        client = JobsClient(SqlBackend(engine, settings=settings))
         total = 10_000
         items = [
             EnqueueArgs(basic.record, basic.Work(n=n, fail_first=n % 100 == 7))
@@ -106,7 +106,7 @@ async def test_kill_9_reclaims_running_jobs_and_fences_the_dead_worker(
     engine = make_engine(url, settings=settings)
     lease: dict[str, Any] = {"lock_lease": 2, "heartbeat_interval": 0.3, "max_concurrency": 20}
     try:
-        client = JobsClient(SqlBackend(engine, settings=settings), settings=settings)
+        client = JobsClient(SqlBackend(engine, settings=settings))
         victim = spawn_worker(url, log_path=tmp_path / "victim.log", **lease)
         procs.append(victim)
         handles = await _enqueue(
@@ -194,7 +194,7 @@ async def test_workers_reconnect_after_their_connections_are_terminated(
     """
     engine = make_engine(pg_url, settings=settings)
     try:
-        client = JobsClient(SqlBackend(engine, settings=settings), settings=settings)
+        client = JobsClient(SqlBackend(engine, settings=settings))
         total = 3000
         await _enqueue(
             client,
@@ -254,7 +254,7 @@ async def test_sigterm_during_long_async_and_sync_jobs(
         "lock_lease": 30,
     }
     try:
-        client = JobsClient(SqlBackend(engine, settings=settings), settings=settings)
+        client = JobsClient(SqlBackend(engine, settings=settings))
         async_job = await client.enqueue(basic.sleep_async, basic.Work(seconds=120))
         polling = await client.enqueue(basic.sync_polling, basic.Work(seconds=120))
         blind = await client.enqueue(basic.sync_blind, basic.Work(seconds=4))
@@ -322,7 +322,7 @@ async def test_second_signal_escalates_and_a_live_thread_keeps_its_row_held(
         "lock_lease": 60,
     }
     try:
-        client = JobsClient(SqlBackend(engine, settings=settings), settings=settings)
+        client = JobsClient(SqlBackend(engine, settings=settings))
         blind = await client.enqueue(basic.sync_blind, basic.Work(seconds=60))
         log = tmp_path / "worker.log"
         proc = spawn_worker(pg_url, log_path=log, **graces)

@@ -193,7 +193,7 @@ class Worker:
             settings=self.settings,
             held_connections=held_connections_cap(self.engine),
         )
-        client = JobsClient(self._sub_job_backend, settings=self.settings)
+        client = JobsClient(self._sub_job_backend)
         loop_conn = self.deps.loop_connection
         counter = AutonomousCounter(
             reason="sync actor" if loop_conn else "no AsyncConnection registered at Scope.LOOP"

@@ -93,7 +93,7 @@ async def test_isolate_self_stops_local_attempts_when_the_store_is_gone(
     engine = make_engine(pg_url, settings=settings)
     unreachable = make_engine("postgresql://postgres@127.0.0.1:1/nowhere", settings=settings)
     try:
-        client = JobsClient(SqlBackend(engine, settings=settings), settings=settings)
+        client = JobsClient(SqlBackend(engine, settings=settings))
         handle = await client.enqueue(basic.sleep_async, basic.Work(seconds=60))
         worker_conf = worker_settings(
             pg_url, lock_lease=1.0, heartbeat_interval=0.1, sweep_interval=60
