@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from sqlalchemy.engine import URL
 
 from taskq.client import JobsClient, TaskQ
 from taskq.db.engine import make_engine
@@ -55,3 +56,11 @@ async def producer_env(
         sync_tq.close()
     await async_tq.aclose()  # its held connections; the engine is the fixture's
     await engine.dispose()
+
+
+@pytest.fixture
+def url(engine_url: str | URL) -> str:
+    """A migrated database (each engine in turn) as the string the CLI takes."""
+    if isinstance(engine_url, URL):
+        return engine_url.render_as_string(hide_password=False)
+    return engine_url

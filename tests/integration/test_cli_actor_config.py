@@ -2,29 +2,25 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 from pydantic import BaseModel
 from sqlalchemy import insert, select
-from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from taskq import actor
 from taskq.actor_config_ops import ActorsClient, sync_actor_config
 from taskq.cli import main
 from taskq.client import TaskQ
-from taskq.db.engine import make_engine, transaction
+from taskq.db.engine import transaction
 from taskq.db.tables import actor_config, cron_schedules, jobs, queues
 from taskq.settings import TaskQSettings
-
-T = TypeVar("T")
+from tests.support.cli import db
 
 
 class Msg(BaseModel):
@@ -42,27 +38,6 @@ async def cli_plain(payload: Msg) -> None: ...
 REGISTRY = {"cli_mail": cli_mail, "cli_plain": cli_plain}
 ONLY_MAIL = [cli_mail]
 NOT_ACTORS = 42
-
-
-@pytest.fixture
-def url(engine_url: str | URL) -> str:
-    """A migrated database (each engine in turn) as the string the CLI takes."""
-    if isinstance(engine_url, URL):
-        return engine_url.render_as_string(hide_password=False)
-    return engine_url
-
-
-def db(url: str, settings: TaskQSettings, fn: Callable[[AsyncEngine], Awaitable[T]]) -> T:
-    """Run ``fn`` on a fresh engine (the CLI runs its own loop, so the tests are sync)."""
-
-    async def go() -> T:
-        engine = make_engine(url, settings=settings)
-        try:
-            return await fn(engine)
-        finally:
-            await engine.dispose()
-
-    return asyncio.run(go())
 
 
 def seed(url: str, settings: TaskQSettings, *refs: Any) -> None:

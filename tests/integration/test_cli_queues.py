@@ -3,47 +3,22 @@ cap it writes being the one a booting worker reads."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 from sqlalchemy import insert, select
-from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from taskq.actor_config_ops import ActorsClient, QueuesClient
 from taskq.cli import main
-from taskq.db.engine import make_engine, transaction
+from taskq.db.engine import transaction
 from taskq.db.queries import worker as wq
 from taskq.db.tables import queues
 from taskq.settings import TaskQSettings
-
-T = TypeVar("T")
-
-
-@pytest.fixture
-def url(engine_url: str | URL) -> str:
-    """A migrated database (each engine in turn) as the string the CLI takes."""
-    if isinstance(engine_url, URL):
-        return engine_url.render_as_string(hide_password=False)
-    return engine_url
-
-
-def db(url: str, settings: TaskQSettings, fn: Callable[[AsyncEngine], Awaitable[T]]) -> T:
-    """Run ``fn`` on a fresh engine (the CLI runs its own loop, so the tests are sync)."""
-
-    async def go() -> T:
-        engine = make_engine(url, settings=settings)
-        try:
-            return await fn(engine)
-        finally:
-            await engine.dispose()
-
-    return asyncio.run(go())
+from tests.support.cli import db
 
 
 def queue_rows(url: str, settings: TaskQSettings) -> list[Any]:
