@@ -21,6 +21,7 @@ from taskq.constants import validate_name, validate_queue_name
 from taskq.exceptions import PayloadValidationError
 
 __all__ = [
+    "QUEUE_CAP_PREFIX",
     "KeyedRateLimitRef",
     "KeyedReservationRef",
     "RateLimitRef",
@@ -34,10 +35,13 @@ P = TypeVar("P", bound=BaseModel)
 
 _BACKENDS = ("redis", "postgres", "memory")
 
+QUEUE_CAP_PREFIX = "taskq:global:queue:"
+"""What the names of the reservations capping queues (``queues.max_concurrent``) start with."""
+
 
 def queue_concurrency_reservation_name(queue: str) -> str:
     """The reservation that caps queue ``queue`` fleet-wide: ``taskq:global:queue:{queue}``."""
-    return validate_name(f"taskq:global:queue:{validate_queue_name(queue)}", kind="reservation")
+    return validate_name(f"{QUEUE_CAP_PREFIX}{validate_queue_name(queue)}", kind="reservation")
 
 
 def validate_backend(backend: object) -> Literal["redis", "postgres", "memory"]:

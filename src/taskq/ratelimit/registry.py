@@ -23,7 +23,12 @@ from taskq.exceptions import ReservationUnavailable
 from taskq.ratelimit import _sql
 from taskq.ratelimit.composition import AcquiredResource, RateLimitHandle, ReservationHandle
 from taskq.ratelimit.decision import HeldSlot, RateLimitDecision, RateLimitState
-from taskq.ratelimit.refs import KeyedRateLimitRef, KeyedReservationRef, lease_seconds
+from taskq.ratelimit.refs import (
+    QUEUE_CAP_PREFIX,
+    KeyedRateLimitRef,
+    KeyedReservationRef,
+    lease_seconds,
+)
 from taskq.ratelimit.reservation import ConcurrencyReservation
 from taskq.ratelimit.sliding_window import SlidingWindow
 from taskq.ratelimit.token_bucket import TokenBucket
@@ -49,9 +54,6 @@ _OPPORTUNISTIC_EVICT_MIN_INTERVAL = timedelta(seconds=30)
 """At most one eviction scan per this interval on the acquisition path, per kind."""
 
 RateLimit = TokenBucket | SlidingWindow
-
-_QUEUE_CAP_PREFIX = "taskq:global:queue:"
-"""Names of the reservations a worker registers for ``queues.max_concurrent``."""
 
 
 def _actor_name(actor: object) -> str:
@@ -134,9 +136,9 @@ class RateLimitRegistry:
         """
         if not isinstance(reservation, ConcurrencyReservation):
             raise TypeError(f"expected a ConcurrencyReservation, got {type(reservation).__name__}")
-        if not reservation.name.startswith(_QUEUE_CAP_PREFIX):
+        if not reservation.name.startswith(QUEUE_CAP_PREFIX):
             raise ValueError(
-                f"{reservation.name!r} is not a queue cap name ({_QUEUE_CAP_PREFIX}<queue>)"
+                f"{reservation.name!r} is not a queue cap name ({QUEUE_CAP_PREFIX}<queue>)"
             )
         with self._lock:
             existing = self._reservations.get(reservation.name)

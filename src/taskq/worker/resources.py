@@ -271,9 +271,8 @@ class Limits:
         ``KeyError`` in every attempt of the actor, spending its retry budget. Raises
         ``ConfigurationError`` listing every missing ``actor -> name``.
         """
-        from taskq.ratelimit.refs import queue_concurrency_reservation_name
+        from taskq.ratelimit.refs import QUEUE_CAP_PREFIX
 
-        cap_prefix = queue_concurrency_reservation_name("q")[:-1]
         missing: list[str] = []
         registry = self.registry
         for ref in actors:
@@ -282,7 +281,10 @@ class Limits:
                 ("reservation", ref.reservations, "get_reservation"),
             ):
                 for entry in entries:
-                    if not isinstance(entry, str) or entry.startswith(cap_prefix) != queue_caps:
+                    if (
+                        not isinstance(entry, str)
+                        or entry.startswith(QUEUE_CAP_PREFIX) != queue_caps
+                    ):
                         continue
                     try:
                         getattr(registry, lookup)(entry)
