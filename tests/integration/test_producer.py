@@ -317,6 +317,32 @@ async def test_a_per_call_max_pending_is_resolved_against_the_stored_cap(
     assert await env.count("prod_capped") == 3
 
 
+async def test_each_item_of_a_batch_has_its_own_per_call_cap(producer_env: Env) -> None:
+    """Items of one actor with and without a per-call cap, in either order: each is held
+    to its own cap (the literal, 100, for the plain one)."""
+    env = producer_env
+    many = env.client.enqueue_many
+    await env.enqueue(percall_wider, Item(n=0))
+    capped_second = [
+        (percall_wider, Item(n=1)),
+        EnqueueArgs(percall_wider, Item(n=2), {"max_pending": 1}),
+    ]
+    with pytest.raises(MaxPendingExceededError) as second:
+        await env.call(many, capped_second)
+    assert second.value.max_pending == 1
+    capped_first = [
+        EnqueueArgs(percall_wider, Item(n=1), {"max_pending": 1}),
+        (percall_wider, Item(n=2)),
+    ]
+    with pytest.raises(MaxPendingExceededError) as first:
+        await env.call(many, capped_first)
+    assert first.value.max_pending == 1
+    assert await env.count("prod_percall_wider") == 1  # all or nothing, both times
+    loose = [EnqueueArgs(percall_wider, Item(n=3), {"max_pending": 5}), (percall_wider, Item(n=4))]
+    await env.call(many, loose)
+    assert await env.count("prod_percall_wider") == 3
+
+
 async def test_enqueue_many_rejects_an_unknown_item_option(producer_env: Env) -> None:
     env = producer_env
     items: list[Any] = [(plain, Item(n=1)), EnqueueArgs(plain, Item(n=2), {"job_id": None})]

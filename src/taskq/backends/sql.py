@@ -289,12 +289,14 @@ class SqlBackend:
     async def _enqueue_on(
         self, conn: AsyncConnection, requests: Sequence[EnqueueRequest]
     ) -> list[EnqueueOutcome]:
-        caps: dict[str, int | None] = {}
+        stored: dict[str, int | None] = {}  # each actor's stored cap, read once per batch
         for req in requests:
-            if req.actor not in caps:
-                caps[req.actor] = await self._effective_cap(conn, req)
+            if req.actor not in stored:
+                stored[req.actor] = await self._stored_max_pending(conn, req.actor)
+        # Per request: items of one actor may carry different per-call caps.
+        caps = [req.effective_max_pending(stored[req.actor]) for req in requests]
         outcomes: dict[int, EnqueueOutcome] = {}
-        bulk = [i for i, r in enumerate(requests) if r.plain and caps[r.actor] is None]
+        bulk = [i for i, r in enumerate(requests) if r.plain and caps[i] is None]
         if self._doc_insert:  # COPY or JSON-document statements, NOTIFY included
             plain = [requests[i] for i in bulk]
             copied: list[EnqueueOutcome] | None = None
@@ -324,7 +326,7 @@ class SqlBackend:
         notify = set() if self._doc_insert else {requests[i].queue for i in bulk}
         for i, req in enumerate(requests):
             if i not in outcomes:
-                outcomes[i] = await self._enqueue_one(conn, req, caps[req.actor])
+                outcomes[i] = await self._enqueue_one(conn, req, caps[i])
                 notify.add(req.queue)
         if traits(self.dialect).notify:  # wake LISTENing workers at commit
             for queue in sorted(notify):
@@ -388,9 +390,6 @@ class SqlBackend:
             cached = (now, stored)
             self._stored_cap[actor] = cached
         return cached[1]
-
-    async def _effective_cap(self, conn: AsyncConnection, req: EnqueueRequest) -> int | None:
-        return req.effective_max_pending(await self._stored_max_pending(conn, req.actor))
 
     async def _lock(self, conn: AsyncConnection, key: str) -> None:
         stmt = advisory_xact_lock(self.dialect, key)

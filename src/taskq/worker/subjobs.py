@@ -148,9 +148,9 @@ class SubJobs:
 
         Items without a ``max_pending`` cap go in one transaction first; if that fails,
         each is retried on its own so one bad item does not sink the rest. Capped items
-        are always replayed one by one (the backend reads an actor's cap once per batch,
-        so a per-call cap must travel alone). Every item that still fails is collected
-        into one :class:`SubEnqueueError`. The buffer is empty afterwards either way.
+        are always replayed one by one (a refusal by its cap must not sink the others).
+        Every item that still fails is collected into one :class:`SubEnqueueError`. The
+        buffer is empty afterwards either way.
         """
         items, self.buffer = self.buffer, []
         backend = self._client.backend

@@ -266,12 +266,13 @@ class SqlBackend:
     def _enqueue_on(
         self, conn: Connection, requests: Sequence[EnqueueRequest]
     ) -> list[EnqueueOutcome]:
-        caps: dict[str, int | None] = {}
+        stored: dict[str, int | None] = {}
         for req in requests:
-            if req.actor not in caps:
-                caps[req.actor] = self._effective_cap(conn, req)
+            if req.actor not in stored:
+                stored[req.actor] = self._stored_max_pending(conn, req.actor)
+        caps = [req.effective_max_pending(stored[req.actor]) for req in requests]
         outcomes: dict[int, EnqueueOutcome] = {}
-        bulk = [i for i, r in enumerate(requests) if r.plain and caps[r.actor] is None]
+        bulk = [i for i, r in enumerate(requests) if r.plain and caps[i] is None]
         if self._doc_insert:
             plain = [requests[i] for i in bulk]
             copied: list[EnqueueOutcome] | None = None
@@ -301,7 +302,7 @@ class SqlBackend:
         notify = set() if self._doc_insert else {requests[i].queue for i in bulk}
         for i, req in enumerate(requests):
             if i not in outcomes:
-                outcomes[i] = self._enqueue_one(conn, req, caps[req.actor])
+                outcomes[i] = self._enqueue_one(conn, req, caps[i])
                 notify.add(req.queue)
         if traits(self.dialect).notify:
             for queue in sorted(notify):
@@ -365,9 +366,6 @@ class SqlBackend:
             cached = (now, stored)
             self._stored_cap[actor] = cached
         return cached[1]
-
-    def _effective_cap(self, conn: Connection, req: EnqueueRequest) -> int | None:
-        return req.effective_max_pending(self._stored_max_pending(conn, req.actor))
 
     def _lock(self, conn: Connection, key: str) -> None:
         stmt = advisory_xact_lock(self.dialect, key)
