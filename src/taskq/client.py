@@ -120,20 +120,21 @@ class JobsClient:
         ``MaxPendingExceededError``, ``ValueError``/``TypeError`` for bad options.
         """
         ref = _resolve(actor)
-        options = {
-            "queue": queue,
-            "priority": priority,
-            "scheduled_at": scheduled_at,
-            "delay": delay,
-            "identity_key": identity_key,
-            "idempotency_key": idempotency_key,
-            "tags": tags,
-            "metadata": metadata,
-            "start_to_close": start_to_close,
-            "schedule_to_close": schedule_to_close,
-        }
         with enqueue_span((ref.name,), 1) as span:
-            request = self._request(ref, payload, options)
+            request = build_request(
+                ref,
+                payload,
+                queue=queue,
+                priority=priority,
+                scheduled_at=scheduled_at,
+                delay=delay,
+                identity_key=identity_key,
+                idempotency_key=idempotency_key,
+                tags=tags,
+                metadata=metadata,
+                start_to_close=start_to_close,
+                schedule_to_close=schedule_to_close,
+            )
             [outcome] = await self.backend.enqueue([request], connection=connection)
             record_enqueued(span, (request,), (outcome,))
         return self._handle(ref, outcome)

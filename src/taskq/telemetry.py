@@ -105,13 +105,22 @@ metrics_on = _Configured(_sdk_meter_provider)
 """``metrics_on()``: True when an OpenTelemetry SDK meter provider is configured."""
 
 
-@contextlib.contextmanager
-def enqueue_span(actors: Iterable[str], jobs: int) -> Iterator[Any]:
+_NO_SPAN: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+
+
+def enqueue_span(actors: Iterable[str], jobs: int) -> contextlib.AbstractContextManager[Any]:
     """The ``taskq.enqueue`` span of one enqueue of ``jobs`` jobs (``None`` when tracing
-    is off). ``taskq.actor`` is set when every job is of one actor."""
+    is off). ``taskq.actor`` is set when every job is of one actor.
+
+    With tracing off (the common case) this is one shared no-op context manager: no
+    generator is made on every enqueue."""
     if not tracing_on():
-        yield None
-        return
+        return _NO_SPAN
+    return _enqueue_span(actors, jobs)
+
+
+@contextlib.contextmanager
+def _enqueue_span(actors: Iterable[str], jobs: int) -> Iterator[Any]:
     names = set(actors)
     attributes: dict[str, str | int] = {"taskq.jobs": jobs}
     if len(names) == 1:
