@@ -239,13 +239,14 @@ class Worker:
             stop=self.state.requested,
             log=self._log,
         )
-        # In process, before any store write: a name no registry holds fails the boot at
-        # once (not a connection failure, so never retried) and leaves no worker row.
+        # In process, before any store write: a dependency with no provider or a name no
+        # registry holds fails the boot at once (not a connection failure, so never
+        # retried) and leaves no worker row.
+        self.deps.open(self.actors.values())
         if not await step("rate-limit-names", self._prepare_limits):
             return False
         if not await step("register", self._register):
             return False
-        self.deps.open(self.actors.values())
         if not await step("rate-limits", lambda: self.limits.boot(self.actors.values())):
             return False
         if self.limits.active:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -186,6 +186,8 @@ async def _hooks_called(n: int) -> bool:
 
 
 async def test_a_missing_provider_fails_the_boot(engine_url: str | URL) -> None:
+    """Before any store write: no worker row is left behind."""
+    from taskq.db.tables import workers
     from taskq.exceptions import MissingProvider
     from taskq.worker.run import Worker
 
@@ -196,6 +198,8 @@ async def test_a_missing_provider_fails_the_boot(engine_url: str | URL) -> None:
     )
     with pytest.raises(MissingProvider):
         await worker.run()
+    async with worker.engine.connect() as conn:
+        assert (await conn.execute(select(func.count()).select_from(workers))).scalar() == 0
     await worker.engine.dispose()
 
 
