@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from taskq.actor import ActorRef
 
 __all__ = [
+    "ITEM_OPTIONS",
     "AttemptRecord",
     "EnqueueArgs",
     "EnqueueOutcome",
@@ -517,6 +518,28 @@ def request_like(
         max_pending_per_call=template.max_pending_per_call,
         trace_context=template.trace_context,
     )
+
+
+ITEM_OPTIONS = frozenset(
+    {
+        "queue",
+        "priority",
+        "scheduled_at",
+        "delay",
+        "identity_key",
+        "idempotency_key",
+        "tags",
+        "metadata",
+        "start_to_close",
+        "schedule_to_close",
+        "unique_for",
+        "max_pending",
+        "parent_job_id",
+    }
+)
+"""The options an ``EnqueueArgs`` of ``enqueue_many`` may carry: ``enqueue``'s, plus the
+per-call ``unique_for``/``max_pending`` and ``parent_job_id`` of a sub-job enqueue, so
+that a ``SubEnqueueError``'s ``failed_items`` can be enqueued again as they were."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ from taskq.actor import ActorRef, find_actor, get_actor
 from taskq.bulk_rows import BulkOutcomes, BulkRows
 from taskq.exceptions import JobNotFoundError
 from taskq.records import (
+    ITEM_OPTIONS,
     EnqueueArgs,
     EnqueueOutcome,
     EnqueueRequest,
@@ -46,24 +47,6 @@ from taskq_sync.handle import JobHandle
 __all__ = ["EnqueueArgs", "JobHandle", "JobsClient", "TaskQ"]
 P = TypeVar("P", bound=BaseModel)
 R = TypeVar("R")
-ITEM_OPTIONS = frozenset(
-    {
-        "queue",
-        "priority",
-        "scheduled_at",
-        "delay",
-        "identity_key",
-        "idempotency_key",
-        "tags",
-        "metadata",
-        "start_to_close",
-        "schedule_to_close",
-        "unique_for",
-        "max_pending",
-        "parent_job_id",
-    }
-)
-"The options an ``EnqueueArgs`` of ``enqueue_many`` may carry: ``enqueue``'s, plus the\nper-call ``unique_for``/``max_pending`` and ``parent_job_id`` of a sub-job enqueue, so\nthat a ``SubEnqueueError``'s ``failed_items`` can be enqueued again as they were."
 
 
 def _resolve(actor: ActorRef[Any, Any] | str) -> ActorRef[Any, Any]:
