@@ -56,9 +56,17 @@ async def test_returned_records_equal_the_rows_written(
             [(fast_plain, Ping(n=i)) for i in range(3)]
             + [EnqueueArgs(fast_plain, {"n": 9}, {"scheduled_at": at})]
         )
-        for handle in [one, *many]:
+        # The single enqueue's own statement (one row): every timing case.
+        now_one = await tq.jobs.enqueue(fast_plain, Ping(n=2))
+        at_one = await tq.jobs.enqueue(fast_plain, Ping(n=3), scheduled_at=at)
+        for handle in [one, *many, now_one, at_one]:
             assert handle.record is not None
             assert handle.record == await handle.refresh()
+        assert now_one.record is not None and at_one.record is not None
+        assert now_one.record.status == "pending"
+        assert now_one.record.scheduled_at == now_one.record.created_at
+        assert now_one.record.deadline_at is None
+        assert at_one.record.scheduled_at == at
         first, *batch = (h.record for h in [one, *many])
         assert first is not None
         assert first.status == "scheduled"

@@ -106,6 +106,7 @@ class SqlBackend:
         )
         self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
         self._plain_sql_cache: dict[bool, str] = {}
+        self._one_sql: str | None = None
         if held_connections < 0:
             raise ValueError(f"held_connections must be >= 0, got {held_connections}")
         self.held = HeldConnections(self._autocommit, held_connections if self._doc_insert else 0)
@@ -163,6 +164,9 @@ class SqlBackend:
     ) -> list[EnqueueOutcome] | None:
         """Insert plain requests with one autocommit statement; ``None`` if one is capped.
 
+        The statement is :func:`q.insert_row_sql` for one request (the single ``enqueue``),
+        :func:`q.insert_rows_sql` for more.
+
         A capped actor (a stored ``actor_config.max_pending``, read through the TTL cache)
         needs the locked count, so the caller falls back to the transactional path.
 
@@ -180,13 +184,18 @@ class SqlBackend:
         """
         rows: list[Any] = []
         retried = False
+        one = len(requests) == 1
         for attempt in (0, 1):
             try:
                 async with self.held.lease() as conn:
                     if await self._any_capped(conn, {req.actor for req in requests}):
                         return None
-                    sql = self._plain_sql(conn, skip_existing=retried)
-                    params = {"rows": q.rows_document(requests), "channel": self._channel}
+                    if one and not retried:
+                        sql = self._row_sql(conn)
+                        params = {"row": q.row_document(requests[0]), "channel": self._channel}
+                    else:
+                        sql = self._plain_sql(conn, skip_existing=retried)
+                        params = {"rows": q.rows_document(requests), "channel": self._channel}
                     rows = await _execute_on_driver(conn, sql, params)
             except DBAPIError as exc:
                 if attempt == 0 and exc.connection_invalidated:
@@ -198,6 +207,11 @@ class SqlBackend:
         if retried:  # the lost attempt may have written any of them: read them all back
             found = await self._read_back(requests)
             return [EnqueueOutcome(found[req.job_id]) for req in requests]
+        if one:
+            if len(rows) != 1:
+                raise RuntimeError(f"inserted {len(rows)} of 1 jobs")
+            [row] = rows
+            return [EnqueueOutcome(q.inserted_record(requests[0], row), job_id=requests[0].job_id)]
         sources = q.inserted_records(requests, rows[0])
         return [
             EnqueueOutcome(source, job_id=req.job_id)
@@ -277,6 +291,12 @@ class SqlBackend:
         if missing:
             raise RuntimeError(f"jobs {', '.join(missing)} were neither inserted nor found")
         return found
+
+    def _row_sql(self, conn: AsyncConnection) -> str:
+        """:func:`q.insert_row_sql` for this engine, remembered (it never changes)."""
+        if self._one_sql is None:
+            self._one_sql = q.insert_row_sql(conn.dialect, _translate_map(conn))
+        return self._one_sql
 
     def _plain_sql(self, conn: AsyncConnection, *, skip_existing: bool) -> str:
         """:func:`q.insert_rows_sql` for this engine, remembered (it never changes)."""
