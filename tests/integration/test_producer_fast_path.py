@@ -62,7 +62,8 @@ async def test_returned_records_equal_the_rows_written(
         for handle in [one, *many, now_one, at_one]:
             assert handle.record is not None
             assert handle.record == await handle.refresh()
-        assert now_one.record is not None and at_one.record is not None
+        assert now_one.record is not None
+        assert at_one.record is not None
         assert now_one.record.status == "pending"
         assert now_one.record.scheduled_at == now_one.record.created_at
         assert now_one.record.deadline_at is None
