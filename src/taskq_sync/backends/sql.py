@@ -462,9 +462,35 @@ class SqlBackend:
             interval = min(interval * 2, 0.5)
 
 
+def _pooled(conn: Connection) -> Any:
+    """The pool's proxy of the DBAPI connection SQLAlchemy checked out for ``conn``."""
+    return conn.connection
+
+
 def _driver_connection(conn: Connection) -> Any:
     """The psycopg connection SQLAlchemy checked out for ``conn``."""
-    return conn.connection.driver_connection
+    return _pooled(conn).driver_connection
+
+
+_CURSOR_KEY = "taskq_plain_cursor"
+
+
+def _driver_cursor(conn: Connection) -> Any:
+    """A psycopg cursor on ``conn``'s psycopg connection, made once per connection.
+
+    Kept in the pool's ``info`` for the connection (it follows the DBAPI connection
+    from checkout to checkout) and reused by every plain enqueue on it: a new cursor per
+    statement cost about 15 µs of client CPU, a fifth of psycopg's work per execute.
+    A cursor whose connection is not this one (the DBAPI connection was replaced) or
+    that was closed is replaced. A held connection has one user at a time, so its
+    cursor does too.
+    """
+    pooled = _pooled(conn)
+    driver = pooled.driver_connection
+    cursor = pooled.info.get(_CURSOR_KEY)
+    if cursor is None or cursor.connection is not driver or cursor.closed:
+        cursor = pooled.info[_CURSOR_KEY] = driver.cursor()
+    return cursor
 
 
 def _driver_error(
@@ -484,16 +510,17 @@ def _execute_on_driver(conn: Connection, sql: str, params: dict[str, Any]) -> li
 
     The hot path's statement is compiled once (``insert_rows_sql``); going through
     ``exec_driver_sql`` would still build an execution context and a result wrapper per
-    call, a quarter of the client's CPU per enqueue. Errors come out as SQLAlchemy
-    would raise them (:func:`_driver_error`).
+    call, a quarter of the client's CPU per enqueue. It runs on the connection's one
+    reused cursor (:func:`_driver_cursor`). Errors come out as SQLAlchemy would raise
+    them (:func:`_driver_error`).
     """
-    driver = _driver_connection(conn)
+    cursor = _driver_cursor(conn)
     try:
-        cursor = driver.execute(sql, params)
+        cursor.execute(sql, params)
         rows: list[Any] = cursor.fetchall()
         return rows
     except psycopg.Error as exc:
-        raise _driver_error(conn, driver, sql, params, exc) from exc
+        raise _driver_error(conn, cursor.connection, sql, params, exc) from exc
 
 
 def _copy_on_driver(
