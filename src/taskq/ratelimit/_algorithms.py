@@ -50,9 +50,14 @@ def us_to_timedelta(us: float) -> timedelta:
     return timedelta(microseconds=max(0, math.ceil(us - 1e-6)))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TokenResult:
-    """One token-bucket step: the decision and the state to store."""
+    """One token-bucket step: the decision and the state to store.
+
+    Not frozen: one is built per memory-backed acquire, and a frozen dataclass's
+    ``__init__`` (``object.__setattr__`` per field) costs 3.5 times a plain one's,
+    about 0.7 µs of a 3 µs acquire. Nothing keeps or changes one after the step.
+    """
 
     allowed: bool
     tokens: float
@@ -89,12 +94,13 @@ def tb_step(
     return TokenResult(False, current, stamp, retry)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class GcraResult:
     """One GCRA step: the decision, the TAT to store and how many more would pass now.
 
     The TAT is exact: ``tat_us + tat_rem / limit`` microseconds, with ``0 <= tat_rem <
     limit``, so the emission interval ``window / limit`` never accumulates rounding error.
+    Not frozen, for the reason :class:`TokenResult` gives.
     """
 
     allowed: bool
