@@ -509,7 +509,8 @@ def _driver_cursor(conn: AsyncConnection) -> Any:
 
     Kept in the pool's ``info`` for the connection (it follows the DBAPI connection
     from checkout to checkout) and reused by every plain enqueue on it: a new cursor per
-    statement cost about 15 µs of client CPU, a fifth of psycopg's work per execute.
+    statement cost about 15 µs of client CPU in a bare psycopg loop, and about 30 µs per
+    enqueue measured A/B in one process.
     A cursor whose connection is not this one (the DBAPI connection was replaced) or
     that was closed is replaced. A held connection has one user at a time, so its
     cursor does too.

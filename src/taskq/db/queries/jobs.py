@@ -8,7 +8,7 @@ behaviour (windows, schedules) come from the store's clock, :func:`taskq.db.dial
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -305,10 +305,12 @@ def _row_insert() -> Any:
 
 def _compiled(
     key: tuple[str, str, bool, bool],
-    stmt: Any,
+    stmt: Callable[[], Any],
     dialect: Dialect,
     schema_translate_map: Mapping[str | None, str | None] | None,
 ) -> str:
+    """The SQL text of ``stmt()`` for ``dialect`` with the schema map rendered, compiled
+    once per ``key`` and map."""
     translate = tuple(sorted((schema_translate_map or {}).items(), key=repr))
     sql = _SQL_CACHE.get((*key, translate))
     if sql is None:
