@@ -26,7 +26,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from taskq.actor import ActorRef, validate_actor_name
 from taskq.actor_config import ActorConfigDiff, ActorConfigRow, DeregisterResult
 from taskq.actor_config_ops import UNSET, ActorsClient
-from taskq.cli.options import database_options, json_option, load_settings, run_db
+from taskq.cli.options import (
+    database_options,
+    echo_json,
+    json_option,
+    load_settings,
+    run_db,
+)
 from taskq.cli.worker import load_target
 from taskq.constants import validate_queue_name
 from taskq.exceptions import (
@@ -112,10 +118,6 @@ def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     )
 
 
-def _echo_json(document: Any) -> None:
-    click.echo(json.dumps(document, indent=2, sort_keys=True))
-
-
 # --- declared actors (diff) -------------------------------------------------------------
 
 
@@ -189,7 +191,7 @@ def get_cmd(actor: str, database_url: str | None, schema_name: str | None, as_js
             f"no actor_config row for {actor!r}: no worker has synced it and nobody set it"
         )
     if as_json:
-        _echo_json(row_to_json(row))
+        echo_json(row_to_json(row))
     else:
         click.echo(format_row(row))
 
@@ -202,7 +204,7 @@ def list_cmd(database_url: str | None, schema_name: str | None, as_json: bool) -
     settings = _settings(database_url, schema_name)
     rows = run_db(settings, lambda e: ActorsClient(e, settings=settings).list(), failure=_FAILURE)
     if as_json:
-        _echo_json([row_to_json(r) for r in rows])
+        echo_json([row_to_json(r) for r in rows])
         return
     if not rows:
         click.echo("no actor_config rows (workers create them at startup)")
@@ -382,7 +384,7 @@ def diff_cmd(
     undeclared = [r.actor for r in rows if r.actor not in declared]
     differing = [d for d in diffs if d.differs]
     if as_json:
-        _echo_json({"fields": [_diff_json(d) for d in diffs], "stored_not_declared": undeclared})
+        echo_json({"fields": [_diff_json(d) for d in diffs], "stored_not_declared": undeclared})
     else:
         header = ("ACTOR", "FIELD", "LITERAL", "STORED", "ENFORCED", "DIFFERS")
         cells = [
@@ -501,14 +503,14 @@ def deregister_cmd(
         if not missing_ok:
             raise click.ClickException(_refusal(exc, force)) from None
         if as_json:
-            _echo_json(None)
+            echo_json(None)
         else:
             click.echo(f"{actor!r} has no actor_config row: nothing to deregister")
         return
     except ActorDeregistrationError as exc:
         raise click.ClickException(_refusal(exc, force)) from None
     if as_json:
-        _echo_json(_result_json(result))
+        echo_json(_result_json(result))
         return
     if result.queue_purged:
         purged = "deleted"

@@ -4,6 +4,7 @@ running one database action with the errors an operator can act on as clean mess
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -19,7 +20,7 @@ from taskq.settings import TaskQSettings
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
-__all__ = ["database_options", "json_option", "load_settings", "run_db", "where"]
+__all__ = ["database_options", "echo_json", "json_option", "load_settings", "run_db", "where"]
 
 
 def database_options(fn: F) -> F:
@@ -58,6 +59,11 @@ def json_option(fn: F) -> F:
     return click.option(
         "--json", "as_json", is_flag=True, help="Print one JSON document instead of text."
     )(fn)
+
+
+def echo_json(document: Any) -> None:
+    """Print ``document`` as ``--json`` output: indented, keys sorted."""
+    click.echo(json.dumps(document, indent=2, sort_keys=True))
 
 
 def where(settings: TaskQSettings) -> str:

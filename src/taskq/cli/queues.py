@@ -13,7 +13,6 @@ restart. Over :class:`taskq.actor_config_ops.QueuesClient`::
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
@@ -21,7 +20,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from taskq.actor_config_ops import QueueConfig, QueuesClient
 from taskq.cli.actor_config import format_table
-from taskq.cli.options import database_options, json_option, load_settings, run_db
+from taskq.cli.options import (
+    database_options,
+    echo_json,
+    json_option,
+    load_settings,
+    run_db,
+)
 from taskq.constants import validate_queue_name
 
 __all__ = ["format_queue", "queue_to_json", "queues"]
@@ -87,7 +92,7 @@ def list_cmd(database_url: str | None, schema_name: str | None, as_json: bool) -
     settings = load_settings(database_url, schema_name)
     rows = run_db(settings, lambda e: QueuesClient(e, settings=settings).list(), failure=_FAILURE)
     if as_json:
-        click.echo(json.dumps([queue_to_json(q) for q in rows], indent=2, sort_keys=True))
+        echo_json([queue_to_json(q) for q in rows])
         return
     if not rows:
         click.echo("no queues (no queues rows and no stored actors)")
@@ -118,7 +123,7 @@ def get_cmd(queue: str, database_url: str | None, schema_name: str | None, as_js
     if row is None:
         raise click.ClickException(f"unknown queue {name!r}: no queues row and no stored actor")
     if as_json:
-        click.echo(json.dumps(queue_to_json(row), indent=2, sort_keys=True))
+        echo_json(queue_to_json(row))
     else:
         click.echo(format_queue(row))
 
