@@ -257,17 +257,29 @@ class _Items:
     def batch(self) -> RequestBatch:
         """The items' :class:`~taskq.request_batch.RequestBatch` (``plain`` when known)."""
         refs: list[ActorRef[Any, Any]] = []
+        models: list[Any] = []
+        exact = True
+        last: object = _NO_ACTOR
+        ref: ActorRef[Any, Any] | None = None
+        payload_type: object = None
         for item in self.items:
-            found = type(item) is tuple and len(item) == 2 and _find(item[0])
-            if not found:
+            if type(item) is not tuple or len(item) != 2:
                 return RequestBatch(len(self.items), self.make)
-            refs.append(found)
+            actor, model = item
+            if actor is not last:
+                ref = _find(actor)
+                if ref is None:
+                    return RequestBatch(len(self.items), self.make)
+                last, payload_type = (actor, ref.payload_type)
+            refs.append(cast("ActorRef[Any, Any]", ref))
+            models.append(model)
+            exact = exact and type(model) is payload_type
         self.refs, self._resolved = (refs, True)
         actors = {id(ref): ref for ref in refs}
         templates = [self._template(ref) for ref in actors.values()]
         plain = all([t.uncapped_plain for t in templates])
-        if plain:
-            self._bulk = self._bulk_rows(list(actors.values()), templates)
+        if plain and exact:
+            self._bulk = self._bulk_rows(list(actors.values()), templates, models)
         return RequestBatch(
             len(self.items),
             self.make,
@@ -278,14 +290,10 @@ class _Items:
         )
 
     def _bulk_rows(
-        self, actors: list[ActorRef[Any, Any]], templates: list[EnqueueRequest]
-    ) -> BulkRows | None:
-        """The items as :class:`~taskq.bulk_rows.BulkRows` when every payload is an
-        instance of exactly its actor's model (nothing to validate), else ``None``."""
-        models = [cast("tuple[Any, Any]", item)[1] for item in self.items]
-        exact = [type(m) is ref.payload_type for m, ref in zip(models, self.refs, strict=True)]
-        if not all(exact):
-            return None
+        self, actors: list[ActorRef[Any, Any]], templates: list[EnqueueRequest], models: list[Any]
+    ) -> BulkRows:
+        """The items as :class:`~taskq.bulk_rows.BulkRows`: every payload (``models``) is
+        an instance of exactly its actor's model, so there is nothing to validate."""
         which = None
         if len(actors) > 1:
             index = {id(ref): i for i, ref in enumerate(actors)}
@@ -337,6 +345,10 @@ class _Items:
             for i, body in zip(indexes, ref.dump_payloads(payloads), strict=True):
                 made[i] = request_like(template, body, ids[i])
         return cast("list[EnqueueRequest]", made)
+
+
+_NO_ACTOR = object()
+"No item's actor (what :meth:`_Items.batch` compares the first item's with)."
 
 
 def _find(actor: object) -> ActorRef[Any, Any] | None:

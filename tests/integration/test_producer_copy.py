@@ -616,8 +616,8 @@ def _chunk_calls() -> Iterator[list[int]]:
     calls: list[int] = []
 
     class Encoder(copy_queries.CopyEncoder):
-        def __init__(self, now: datetime) -> None:
-            super().__init__(now)
+        def __init__(self, now: datetime, *, extras: bool = True) -> None:
+            super().__init__(now, extras=extras)
             calls.append(0)
 
         def encode(self, requests: Any) -> bytes:

@@ -30,6 +30,7 @@ checked items) the plain items are one COPY too (:meth:`SqlBackend._copy_in_tran
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterable, Sequence
 from datetime import datetime
@@ -94,7 +95,16 @@ class SqlBackend:
         "The autocommit connections the plain enqueue keeps between calls."
         self.copy_min_rows = COPY_MIN_ROWS
         "Postgres: plain batches (or the plain items of a transactional batch) of at\n        least this many jobs are written with COPY (:meth:`_enqueue_copy`,\n        :meth:`_copy_in_transaction`); smaller ones with the one statement."
-        self._copy_sql: str | None = None
+        self._copy_sql: dict[bool, str] = {}
+
+    def _copy_rows_sql(self, conn: Connection, *, extras: bool) -> str:
+        """:func:`~taskq.db.queries.copy_rows.copy_rows_sql` for this engine, made once."""
+        sql = self._copy_sql.get(extras)
+        if sql is None:
+            sql = self._copy_sql[extras] = cq.copy_rows_sql(
+                conn.dialect, _translate_map(conn), extras=extras
+            )
+        return sql
 
     def close(self) -> None:
         """Return the connections this backend holds to the engine's pool.
@@ -222,13 +232,12 @@ class SqlBackend:
                 with self.held.lease() as conn:
                     if self._any_capped(conn, batch.actors):
                         return None
-                    if self._copy_sql is None:
-                        self._copy_sql = cq.copy_rows_sql(conn.dialect, _translate_map(conn))
+                    copy_sql = self._copy_rows_sql(conn, extras=_copy_extras(batch))
                     params = {"channel": self._channel, "queues": list(batch.queues)}
                     copying = True
                     try:
                         return _copy_on_driver(
-                            conn, cq.copy_clock_sql(conn.dialect), params, self._copy_sql, batch
+                            conn, cq.copy_clock_sql(conn.dialect), params, copy_sql, batch
                         )
                     except cq.UnencodableRow:
                         return None
@@ -348,8 +357,7 @@ class SqlBackend:
         driver = _driver_connection(conn)
         if driver.autocommit:
             return None
-        if self._copy_sql is None:
-            self._copy_sql = cq.copy_rows_sql(conn.dialect, _translate_map(conn))
+        copy_sql = self._copy_rows_sql(conn, extras=True)
         params = {"channel": self._channel, "queues": sorted({r.queue for r in requests})}
         clock = conn.exec_driver_sql(cq.copy_clock_sql(conn.dialect), params)
         now = clock.one()[0]
@@ -358,10 +366,10 @@ class SqlBackend:
         except cq.UnencodableRow:
             return None
         try:
-            with driver.cursor() as cursor, cursor.copy(self._copy_sql) as copy:
+            with driver.cursor() as cursor, cursor.copy(copy_sql) as copy:
                 return list(_write_rows(copy, RequestBatch.of(requests), now))
         except psycopg.Error as exc:
-            raise _driver_error(conn, driver, self._copy_sql, None, exc) from exc
+            raise _driver_error(conn, driver, copy_sql, None, exc) from exc
 
     def _after_disconnect(self, jobs: int) -> None:
         """A held connection was found dead: log the one retry, and return the other idle
@@ -528,29 +536,53 @@ def _copy_on_driver(
     conn: Connection, clock_sql: str, params: dict[str, Any], copy_sql: str, batch: RequestBatch
 ) -> list[EnqueueOutcome] | BulkOutcomes:
     """Write ``batch`` with binary COPY in one transaction on ``conn``'s psycopg
-    connection (in autocommit: psycopg's ``transaction()`` sends BEGIN, then COMMIT, or
-    ROLLBACK on any error) and return what each request did.
+    connection (in autocommit) and return what each request did.
 
-    ``clock_sql`` (:func:`taskq.db.queries.copy_rows.copy_clock_sql`) reads the server clock
-    and queues the wake-ups; then the rows are written from that reading
-    (:func:`_write_rows`). A timestamp out of range (``UnencodableRow``), a bad item of the
-    batch, or any other error aborts the COPY and rolls back: nothing is written. Driver
-    errors come out as SQLAlchemy would raise them (:func:`_driver_error`).
+    ``BEGIN`` and ``clock_sql`` (:func:`taskq.db.queries.copy_rows.copy_clock_sql`, which
+    reads the server clock and queues the wake-ups) go in one pipeline: one round trip,
+    where psycopg's ``transaction()`` would make ``BEGIN`` a round trip of its own. Then
+    the rows are written from that reading (:func:`_write_rows`), then ``COMMIT``. A
+    timestamp out of range (``UnencodableRow``), a bad item of the batch, a cancellation
+    or any other error aborts the COPY and rolls back (:func:`_roll_back`): nothing is
+    written. Driver errors come out as SQLAlchemy would raise them (:func:`_driver_error`).
     """
     driver = _driver_connection(conn)
+    cursor = _driver_cursor(conn)
     sql: str = clock_sql
     shown: dict[str, Any] | None = params
     try:
-        with driver.transaction():
-            cursor = driver.execute(clock_sql, params)
+        try:
+            with driver.pipeline():
+                cursor.execute(cq.BEGIN)
+                cursor.execute(clock_sql, params)
             now, _ = cursor.fetchone()
             sql, shown = (copy_sql, None)
             with cursor.copy(copy_sql) as copy:
                 outcomes = _write_rows(copy, batch, now)
-            sql = "COMMIT"
+            sql = cq.COMMIT
+            driver.commit()
+        except BaseException:
+            _roll_back(driver)
+            raise
         return outcomes
     except psycopg.Error as exc:
         raise _driver_error(conn, driver, sql, shown, exc) from exc
+
+
+def _roll_back(driver: Any) -> None:
+    """End the failed transaction the COPY path began on ``driver`` (in autocommit, so
+    the pool's reset would not): ``ROLLBACK`` unless the connection is idle or dead. An
+    error doing so is dropped: the one that got here is raised."""
+    if driver.closed or driver.broken:
+        return
+    with contextlib.suppress(psycopg.Error):
+        driver.rollback()
+
+
+def _copy_extras(batch: RequestBatch) -> bool:
+    """Whether ``batch``'s COPY writes the :data:`~taskq.db.queries.copy_rows.COPY_EXTRA_COLUMNS`
+    (not when it is held column by column and none of its templates sets one)."""
+    return batch.bulk is None or cq.needs_extras(batch.bulk.templates)
 
 
 def _write_rows(
@@ -565,7 +597,7 @@ def _write_rows(
     Anything raised (a bad item, ``UnencodableRow``) leaves the ``with`` block of ``copy``,
     which aborts the COPY.
     """
-    encoder = cq.CopyEncoder(now)
+    encoder = cq.CopyEncoder(now, extras=_copy_extras(batch))
     if batch.bulk is not None:
         return _write_bulk(copy, batch.bulk, encoder, now)
     outcomes: list[EnqueueOutcome] = []
@@ -586,15 +618,20 @@ def _write_bulk(copy: Any, rows: BulkRows, encoder: cq.CopyEncoder, now: datetim
     payload and its template's other fields, encoded once (``row_tail``); the chunks as
     :func:`_write_rows` sends them. Every job is inserted: one :class:`BulkOutcomes`."""
     tails = [encoder.row_tail(template) for template in rows.templates]
-    copy.write(cq.COPY_HEADER)
+    if rows.size == 0:
+        copy.write(cq.COPY_HEADER + cq.COPY_TRAILER)
     start, size = (0, cq.COPY_FIRST_ROWS)
     while start < rows.size:
         stop = min(start + size, rows.size)
         chunk_tails = [tails[t] for t in rows.template_indexes(start, stop)]
         documents = rows.documents(start, stop)
-        copy.write(encoder.encode_bulk(rows.ids[start:stop], documents, chunk_tails))
+        data = encoder.encode_bulk(rows.ids[start:stop], documents, chunk_tails)
+        copy.write(
+            (cq.COPY_HEADER if start == 0 else b"")
+            + data
+            + (cq.COPY_TRAILER if stop == rows.size else b"")
+        )
         start, size = (stop, cq.COPY_ROWS_PER_WRITE)
-    copy.write(cq.COPY_TRAILER)
     outcomes = BulkOutcomes(rows, now)
     rows.sent()
     return outcomes
