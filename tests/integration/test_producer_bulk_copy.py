@@ -20,6 +20,7 @@ import pytest
 from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError
 from sqlalchemy.engine import URL
+from structlog.testing import capture_logs
 
 from taskq import RetryPolicy, TaskQ, actor
 from taskq.backends import sql as sql_backend
@@ -68,9 +69,9 @@ def _bulk_writes(module: Any = sql_backend) -> Iterator[list[int]]:
     real = module._write_bulk
     sizes: list[int] = []
 
-    def spy(copy: Any, rows: Any, encoder: Any, now: Any) -> Any:
+    def spy(copy: Any, rows: Any, encoder: Any) -> Any:
         sizes.append(rows.size)
-        return real(copy, rows, encoder, now)
+        return real(copy, rows, encoder)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(module, "_write_bulk", spy)
@@ -203,3 +204,100 @@ def test_the_sync_client_writes_bulk_batches(pg_url: URL, settings: TaskQSetting
     assert _stored(pg_url, [h.job_id for h in bulk]) == _stored(
         pg_url, [h.job_id for h in validated]
     )
+
+
+@contextmanager
+def _copy_kinds(module: Any = sql_backend) -> Iterator[list[str]]:
+    """The kind of each COPY ``module`` runs: ``committing`` (on its own, timestamps from
+    the server's defaults) or ``transaction`` (BEGIN, a clock reading, COPY, COMMIT)."""
+    kinds: list[str] = []
+    real, real_committing = module._copy_on_driver, module._copy_committing
+
+    def transaction(*args: Any) -> Any:
+        kinds.append("transaction")
+        return real(*args)
+
+    def committing(*args: Any, **kwargs: Any) -> Any:
+        kinds.append("committing")
+        return real_committing(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(module, "_copy_on_driver", transaction)
+        mp.setattr(module, "_copy_committing", committing)
+        yield kinds
+
+
+def _times(url: URL, ids: list[UUID]) -> set[tuple[Any, ...]]:
+    """The distinct (created_at, updated_at, scheduled_at, status, deadline_at) of rows."""
+    with psycopg.connect(libpq(url), autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT created_at, updated_at, scheduled_at, status, deadline_at "
+            "FROM taskq.jobs WHERE id = ANY(%s)",
+            [ids],
+        ).fetchall()
+    assert len(rows) == len(ids)
+    return {tuple(row) for row in rows}
+
+
+async def test_a_batch_that_runs_now_is_one_copy_committing_on_its_own(
+    pg_url: URL, settings: TaskQSettings
+) -> None:
+    """No clock reading before it: every row takes the transaction's timestamp from the
+    column defaults, the records carry that reading (read back), and each queue is woken."""
+    listener = await listen(pg_url, settings.schema_name)
+    async with TaskQ(pg_url, settings=settings) as tq:
+        with _copy_kinds() as kinds:
+            handles = await tq.jobs.enqueue_many(_pairs())
+        assert kinds == ["committing"]
+        [(created, updated, scheduled, status, deadline)] = _times(
+            pg_url, [h.job_id for h in handles]
+        )
+        assert created == updated == scheduled
+        assert (status, deadline) == ("pending", None)
+        for handle in handles[::40]:
+            assert handle.record is not None
+            assert handle.record.created_at == created
+            assert handle.record == await handle.refresh()
+        await tq.jobs.enqueue(bulk_one, Doc(n=0), queue="bulk_end")
+    notes = await notes_until(listener, "bulk_end")
+    await listener.close()
+    assert sorted(notes[:2]) == ["bulk_q1", "bulk_q2"]
+
+
+@pytest.mark.parametrize("client", ["async", "sync"])
+async def test_without_the_scheduled_at_default_a_batch_takes_the_transaction(
+    pg_url: URL, settings: TaskQSettings, client: str
+) -> None:
+    """A schema before migration 0002: the COPY that leaves ``scheduled_at`` to a default
+    fails and writes nothing, the same batch is written in a transaction instead, a
+    warning says to migrate, and later batches go straight to the transaction."""
+    from taskq_sync import TaskQ as SyncTaskQ
+    from taskq_sync.backends import sql as sync_backend
+
+    alter = "ALTER TABLE taskq.jobs ALTER COLUMN scheduled_at {} DEFAULT"
+    with psycopg.connect(libpq(pg_url), autocommit=True) as admin:
+        admin.execute(alter.format("DROP"))
+        try:
+            before = count_jobs(pg_url, "bulk_one") + count_jobs(pg_url, "bulk_two")
+            with capture_logs() as logs:
+                if client == "async":
+                    async with TaskQ(pg_url, settings=settings) as tq:
+                        with _copy_kinds() as kinds:
+                            first = await tq.jobs.enqueue_many(_pairs())
+                            second = await tq.jobs.enqueue_many(_pairs())
+                        records = [await h.refresh() for h in (first[0], second[-1])]
+                else:
+                    with SyncTaskQ(pg_url, settings=settings) as sync_tq:
+                        with _copy_kinds(sync_backend) as kinds:
+                            first = sync_tq.jobs.enqueue_many(_pairs())
+                            second = sync_tq.jobs.enqueue_many(_pairs())
+                        records = [h.refresh() for h in (first[0], second[-1])]
+        finally:
+            admin.execute(alter.format("SET") + " CURRENT_TIMESTAMP")
+    assert kinds == ["committing", "transaction", "transaction"]
+    assert [e["event"] for e in logs if e["log_level"] == "warning"] == [
+        "enqueue_copy_without_defaults"
+    ]
+    after = count_jobs(pg_url, "bulk_one") + count_jobs(pg_url, "bulk_two")
+    assert after - before == 2 * N
+    assert records == [first[0].record, second[-1].record]

@@ -80,16 +80,23 @@ def _stored_json(url: URL, job_id: UUID) -> tuple[str, str, str, str | None]:
 
 @contextmanager
 def _copy_calls(module: Any = sql_backend) -> Iterator[list[int]]:
-    """Count the COPY transactions ``module`` (taskq's or taskq_sync's backend) runs."""
+    """Count the COPYs ``module`` (taskq's or taskq_sync's backend) runs, of both kinds:
+    in a transaction from a clock reading, or committing on its own."""
     real = module._copy_on_driver
+    real_committing = module._copy_committing
     calls: list[int] = []
 
     def spy(conn: Any, clock: str, params: Any, copy: str, batch: Any) -> Any:
         calls.append(batch.size)
         return real(conn, clock, params, copy, batch)
 
+    def spy_committing(conn: Any, copy: str, done: str, params: Any, rows: Any, **kw: Any) -> Any:
+        calls.append(rows.size)
+        return real_committing(conn, copy, done, params, rows, **kw)
+
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(module, "_copy_on_driver", spy)
+        mp.setattr(module, "_copy_committing", spy_committing)
         yield calls
 
 
@@ -418,28 +425,48 @@ def test_sync_copy_survives_a_dead_held_connection(pg_url: URL, settings: TaskQS
     assert count_jobs(pg_url, "copy_plain") == 2 * N
 
 
-def _lost(before_commit: bool) -> Any:
-    """A ``_copy_on_driver`` whose connection dies before it runs, or after it committed."""
+def _dead(sql: str) -> DBAPIError:
+    return DBAPIError(
+        sql,
+        None,
+        psycopg.OperationalError("server closed the connection unexpectedly"),
+        connection_invalidated=True,
+    )
+
+
+def _lose_copies(monkeypatch: pytest.MonkeyPatch, before_commit: bool) -> None:
+    """Both kinds of COPY (``_copy_on_driver``, ``_copy_committing``) find their connection
+    dead before they run, or after they committed."""
     real = sql_backend._copy_on_driver
+    real_committing = sql_backend._copy_committing
 
     async def copy(conn: Any, clock: str, params: Any, sql: str, requests: Any) -> Any:
         if not before_commit:
             await real(conn, clock, params, sql, requests)
-        raise DBAPIError(
-            sql,
-            None,
-            psycopg.OperationalError("server closed the connection unexpectedly"),
-            connection_invalidated=True,
-        )
+        raise _dead(sql)
 
-    return copy
+    async def committing(conn: Any, sql: str, done: str, params: Any, rows: Any, **kw: Any) -> Any:
+        if not before_commit:
+            await real_committing(conn, sql, done, params, rows, **kw)
+        raise _dead(sql)
+
+    monkeypatch.setattr(sql_backend, "_copy_on_driver", copy)
+    monkeypatch.setattr(sql_backend, "_copy_committing", committing)
 
 
+@pytest.mark.parametrize("bulk", [False, True], ids=["transaction", "committing"])
 @pytest.mark.parametrize("before_commit", [True, False])
 async def test_retry_after_a_lost_copy_writes_each_job_once(
-    pg_url: URL, settings: TaskQSettings, monkeypatch: pytest.MonkeyPatch, before_commit: bool
+    pg_url: URL,
+    settings: TaskQSettings,
+    monkeypatch: pytest.MonkeyPatch,
+    before_commit: bool,
+    bulk: bool,
 ) -> None:
-    monkeypatch.setattr(sql_backend, "_copy_on_driver", _lost(before_commit))
+    """The last item, delayed, makes the batch one for a COPY in a transaction; without
+    it, all pairs that run now, the COPY commits on its own. Lost either way, before or
+    after the commit: each job exactly once."""
+    _lose_copies(monkeypatch, before_commit)
     statements: list[str] = []
     real_sql = SqlBackend._plain_sql
 
@@ -451,9 +478,11 @@ async def test_retry_after_a_lost_copy_writes_each_job_once(
     monkeypatch.setattr(SqlBackend, "_plain_sql", plain_sql)
     async with TaskQ(pg_url, settings=settings) as tq:
         size = 5000 + N  # the retry takes two statements, in one transaction
+        last: Any = (copy_plain, Doc(n=1))
+        if not bulk:
+            last = EnqueueArgs(copy_plain, {"n": 1}, {"delay": timedelta(seconds=5)})
         handles = await tq.jobs.enqueue_many(
-            [(copy_plain, Doc(n=i)) for i in range(size - 1)]
-            + [EnqueueArgs(copy_plain, {"n": 1}, {"delay": timedelta(seconds=5)})]
+            [(copy_plain, Doc(n=i)) for i in range(size - 1)] + [last]
         )
         assert len(statements) == 1
         assert "ON CONFLICT (id) DO NOTHING" in statements[0]
@@ -462,13 +491,13 @@ async def test_retry_after_a_lost_copy_writes_each_job_once(
             assert handle.record == await handle.refresh()
             assert handle.was_existing is False
         assert handles[-1].record is not None
-        assert handles[-1].record.status == "scheduled"
+        assert handles[-1].record.status == ("pending" if bulk else "scheduled")
 
 
 async def test_a_failed_retry_is_raised(
     pg_url: URL, settings: TaskQSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sql_backend, "_copy_on_driver", _lost(before_commit=True))
+    _lose_copies(monkeypatch, before_commit=True)
     monkeypatch.setattr(
         SqlBackend, "_plain_sql", lambda self, conn, skip_existing: "SELEC %(rows)s, %(channel)s"
     )

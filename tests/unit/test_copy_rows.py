@@ -150,3 +150,69 @@ def test_a_timestamp_python_cannot_hold_is_unencodable(options: dict[str, float]
         q.check_encodable(requests, NOW)
     with pytest.raises(q.UnencodableRow):
         _copy_data(requests, NOW)
+
+
+@pytest.mark.parametrize("extras", [True, False])
+def test_rows_without_the_clock_are_the_clock_rows_less_its_columns(extras: bool) -> None:
+    """``CopyEncoder(None)`` writes exactly the columns of ``copy_columns(clock=False)``:
+    the rows of a reading with the timestamps, status and deadline taken out."""
+    requests = [_request(priority=2, max_attempts=3), _request(start_to_close_s=1.5)]
+    if extras:
+        requests.append(_request(identity_key="k", tags=["t"], metadata={"m": 1}))
+    assert q.runs_now(requests)
+    assert q.needs_extras(requests) == extras
+    full = [col.name for col in q.copy_columns(extras=extras)]
+    short = [col.name for col in q.copy_columns(clock=False, extras=extras)]
+    assert [name for name in full if name not in short] == [
+        "created_at",
+        "updated_at",
+        "status",
+        "scheduled_at",
+        "deadline_at",
+        "schedule_to_close_s",
+    ]
+    with_clock = _rows(
+        q.COPY_HEADER + q.CopyEncoder(NOW, extras=extras).encode(requests) + q.COPY_TRAILER
+    )
+    without = _rows(
+        q.COPY_HEADER + q.CopyEncoder(None, extras=extras).encode(requests) + q.COPY_TRAILER
+    )
+    assert without == [[row[full.index(name)] for name in short] for row in with_clock]
+    dialect = psycopg.dialect()
+    assert q.copy_rows_sql(dialect, None, clock=False, extras=extras) == (
+        f"COPY jobs ({', '.join(short)}) FROM STDIN (FORMAT BINARY)"
+    )
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"delay_s": 1.0},
+        {"scheduled_at": NOW + timedelta(hours=1)},
+        {"schedule_to_close_s": 60.0},
+    ],
+)
+def test_a_job_that_does_not_run_now_has_no_row_without_the_clock(
+    options: dict[str, Any],
+) -> None:
+    requests = [_request(), _request(**options)]
+    assert not q.runs_now(requests)
+    with pytest.raises(ValueError, match="does not run now"):
+        q.CopyEncoder(None).encode(requests)
+    with pytest.raises(ValueError, match="does not run now"):
+        q.CopyEncoder(None).row_tail(requests[1])
+
+
+def test_rows_without_extras_refuse_a_job_that_sets_one() -> None:
+    with pytest.raises(ValueError, match="tags, metadata"):
+        q.CopyEncoder(NOW, extras=False).encode([_request(tags=["t"])])
+
+
+def test_the_statement_after_a_committing_copy_reads_the_first_row_and_wakes_the_queues() -> (
+    None
+):
+    sql = q.copy_done_sql(psycopg.dialect(), {None: "taskq"})
+    assert "FROM taskq.jobs" in sql
+    assert "taskq.jobs.id = %(first)s" in sql
+    assert "pg_notify(%(channel)s, q.queue)" in sql
+    assert q.copy_done_sql(psycopg.dialect(), {None: "other"}) != sql

@@ -36,7 +36,7 @@ from uuid import UUID
 
 import psycopg
 import structlog
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from taskq._acompat import ASYNC, asleep
@@ -116,14 +116,17 @@ class SqlBackend:
         """Postgres: plain batches (or the plain items of a transactional batch) of at
         least this many jobs are written with COPY (:meth:`_enqueue_copy`,
         :meth:`_copy_in_transaction`); smaller ones with the one statement."""
-        self._copy_sql: dict[bool, str] = {}
+        self._copy_sql: dict[tuple[bool, bool], str] = {}
+        self._scheduled_default = True
+        """Whether ``jobs.scheduled_at`` has its default (migration 0002): until a COPY
+        finds it missing, bulk batches that run now leave it to the server."""
 
-    def _copy_rows_sql(self, conn: AsyncConnection, *, extras: bool) -> str:
+    def _copy_rows_sql(self, conn: AsyncConnection, *, clock: bool, extras: bool) -> str:
         """:func:`~taskq.db.queries.copy_rows.copy_rows_sql` for this engine, made once."""
-        sql = self._copy_sql.get(extras)
+        sql = self._copy_sql.get((clock, extras))
         if sql is None:
-            sql = self._copy_sql[extras] = cq.copy_rows_sql(
-                conn.dialect, _translate_map(conn), extras=extras
+            sql = self._copy_sql[clock, extras] = cq.copy_rows_sql(
+                conn.dialect, _translate_map(conn), clock=clock, extras=extras
             )
         return sql
 
@@ -233,7 +236,10 @@ class SqlBackend:
 
         On a held connection (:class:`~taskq.backends.held.HeldConnections`), after the same
         capped-actor check as :meth:`_enqueue_plain` (a capped actor: ``None``, the caller
-        takes the transactional path): ``BEGIN``; ``copy_clock_sql`` reads
+        takes the transactional path). A batch held column by column whose jobs all run
+        now (``enqueue_many`` of ``(actor, model)`` pairs) is one COPY that commits on its
+        own, its timestamps the server's defaults, then the reading of that time and the
+        wake-ups (:func:`_copy_committing`). Any other: ``BEGIN``; ``copy_clock_sql`` reads
         ``clock_timestamp()`` and queues the ``pg_notify`` of each of the batch's queues
         (delivered at commit); the rows, every timestamp derived from that reading, sent a
         chunk at a time, each chunk of requests made (``batch.chunks``) while the server
@@ -244,10 +250,11 @@ class SqlBackend:
         A connection found dead is handled as :meth:`_enqueue_plain` handles one: the held
         connections go back to the pool and the batch is tried again ONCE. If it died while
         reading the stored caps, nothing was sent: the same COPY runs on a fresh connection.
-        If it died in the COPY transaction (whose commit may have gone through), the batch
-        is inserted with ``ON CONFLICT (id) DO NOTHING`` and read back
-        (:meth:`_insert_again`). A second failure is raised. A timestamp out of Python's
-        range (a delay of millennia) aborts the COPY, and the caller falls back too.
+        If it died in the COPY transaction (whose commit may have gone through), or in or
+        after the COPY that commits on its own, the batch is inserted with ``ON CONFLICT
+        (id) DO NOTHING`` and read back (:meth:`_insert_again`). A second failure is
+        raised. A timestamp out of Python's range (a delay of millennia) aborts the COPY,
+        and the caller falls back too.
         """
         for attempt in (0, 1):
             copying = False
@@ -255,9 +262,16 @@ class SqlBackend:
                 async with self.held.lease() as conn:
                     if await self._any_capped(conn, batch.actors):
                         return None
-                    copy_sql = self._copy_rows_sql(conn, extras=_copy_extras(batch))
+                    extras = _copy_extras(batch)
                     params = {"channel": self._channel, "queues": list(batch.queues)}
                     copying = True
+                    if self._scheduled_default and batch.bulk is not None:
+                        committed = await self._try_copy_committing(
+                            conn, params, batch.bulk, extras
+                        )
+                        if committed is not None:
+                            return committed
+                    copy_sql = self._copy_rows_sql(conn, clock=True, extras=extras)
                     try:
                         return await _copy_on_driver(
                             conn, cq.copy_clock_sql(conn.dialect), params, copy_sql, batch
@@ -272,6 +286,29 @@ class SqlBackend:
                     continue  # nothing was sent: the whole thing again, on a fresh connection
                 _raise_translated(exc)
         raise AssertionError("unreachable: the second attempt returns or raises")
+
+    async def _try_copy_committing(
+        self, conn: AsyncConnection, params: dict[str, Any], rows: BulkRows, extras: bool
+    ) -> BulkOutcomes | None:
+        """``rows`` with the COPY that commits on its own (:func:`_copy_committing`) when
+        every job runs now; else ``None``, and ``None`` too (nothing written) when the
+        table has no default for ``scheduled_at`` yet (migration 0002 pending): this
+        backend then takes the COPY in a transaction from now on, and says so once."""
+        if not cq.runs_now(rows.templates):
+            return None
+        copy_sql = self._copy_rows_sql(conn, clock=False, extras=extras)
+        done_sql = cq.copy_done_sql(conn.dialect, _translate_map(conn))
+        try:
+            return await _copy_committing(conn, copy_sql, done_sql, params, rows, extras=extras)
+        except IntegrityError as exc:
+            if not _missing_default(exc):
+                raise
+        self._scheduled_default = False
+        _log.warning(
+            "enqueue_copy_without_defaults",
+            detail="jobs.scheduled_at has no default: run `taskq migrate up`",
+        )
+        return None
 
     async def _insert_again(self, requests: Sequence[EnqueueRequest]) -> list[EnqueueOutcome]:
         """After a COPY whose connection died: insert the batch again, in one transaction
@@ -381,7 +418,7 @@ class SqlBackend:
         driver = _driver_connection(conn)
         if driver.autocommit:
             return None
-        copy_sql = self._copy_rows_sql(conn, extras=True)
+        copy_sql = self._copy_rows_sql(conn, clock=True, extras=True)
         params = {"channel": self._channel, "queues": sorted({r.queue for r in requests})}
         clock = await conn.exec_driver_sql(cq.copy_clock_sql(conn.dialect), params)
         now = clock.one()[0]
@@ -612,6 +649,16 @@ async def _roll_back(driver: Any) -> None:
         await driver.rollback()
 
 
+def _missing_default(exc: IntegrityError) -> bool:
+    """Whether ``exc`` is the NOT NULL violation of a COPY that left ``scheduled_at`` to a
+    default the table does not have (its schema is before migration 0002)."""
+    orig = exc.orig
+    return (
+        isinstance(orig, psycopg.errors.NotNullViolation)
+        and orig.diag.column_name == cq.SCHEDULED_AT
+    )
+
+
 def _copy_extras(batch: RequestBatch) -> bool:
     """Whether ``batch``'s COPY writes the :data:`~taskq.db.queries.copy_rows.COPY_EXTRA_COLUMNS`
     (not when it is held column by column and none of its templates sets one)."""
@@ -632,7 +679,8 @@ async def _write_rows(
     """
     encoder = cq.CopyEncoder(now, extras=_copy_extras(batch))
     if batch.bulk is not None:
-        return await _write_bulk(copy, batch.bulk, encoder, now)
+        await _write_bulk(copy, batch.bulk, encoder)
+        return BulkOutcomes(batch.bulk, now)
     outcomes: list[EnqueueOutcome] = []
     await copy.write(cq.COPY_HEADER)
     for chunk in batch.chunks(cq.COPY_ROWS_PER_WRITE, first=cq.COPY_FIRST_ROWS):
@@ -646,12 +694,11 @@ async def _write_rows(
     return outcomes
 
 
-async def _write_bulk(
-    copy: Any, rows: BulkRows, encoder: cq.CopyEncoder, now: datetime
-) -> BulkOutcomes:
-    """:func:`_write_rows` of a batch held column by column: each row is its id, its
-    payload and its template's other fields, encoded once (``row_tail``); the chunks as
-    :func:`_write_rows` sends them. Every job is inserted: one :class:`BulkOutcomes`."""
+async def _write_bulk(copy: Any, rows: BulkRows, encoder: cq.CopyEncoder) -> None:
+    """Send the rows of a batch held column by column, as :func:`_write_rows` sends its
+    chunks: each row is its id, its payload and its template's other fields, encoded once
+    (``row_tail``). Then ``rows.sent()``: the client's work while the server inserts the
+    last rows and commits."""
     tails = [encoder.row_tail(template) for template in rows.templates]
     if rows.size == 0:
         await copy.write(cq.COPY_HEADER + cq.COPY_TRAILER)
@@ -668,9 +715,51 @@ async def _write_bulk(
             + (cq.COPY_TRAILER if stop == rows.size else b"")
         )
         start, size = stop, cq.COPY_ROWS_PER_WRITE
-    outcomes = BulkOutcomes(rows, now)
-    rows.sent()  # the client's work while the server inserts the last rows and commits
-    return outcomes
+    rows.sent()
+
+
+async def _copy_committing(
+    conn: AsyncConnection,
+    copy_sql: str,
+    done_sql: str,
+    params: dict[str, Any],
+    rows: BulkRows,
+    *,
+    extras: bool,
+) -> BulkOutcomes:
+    """Write ``rows``, every job of which runs now (:func:`~taskq.db.queries.copy_rows.runs_now`),
+    with one binary COPY that commits on its own (``conn``'s psycopg connection is in
+    autocommit), then read the time it wrote and wake the queues.
+
+    The rows leave ``created_at``, ``updated_at`` and ``scheduled_at`` to their default,
+    the transaction's timestamp (``copy_rows_sql(..., clock=False)``), so no clock reading
+    and no ``BEGIN`` come before the COPY, and its end is the commit: two round trips
+    fewer than :func:`_copy_on_driver`. Then ``done_sql``
+    (:func:`~taskq.db.queries.copy_rows.copy_done_sql`) reads that timestamp off the
+    first row, which the records are built from, and sends each queue's ``pg_notify``
+    (delivered as it commits, just after the rows). A bad row, a cancellation or any
+    other error during the COPY aborts it: nothing is written. Driver errors come out as
+    SQLAlchemy would raise them (:func:`_driver_error`); the caller retries one that
+    found the connection dead, whose COPY may have committed, as it does for the
+    transaction of :func:`_copy_on_driver`.
+    """
+    cursor = _driver_cursor(conn)
+    driver = cursor.connection
+    if not driver.autocommit:  # a held connection always is: else the COPY would not commit
+        raise RuntimeError("_copy_committing needs a connection in autocommit")
+    sql: str = copy_sql  # what failed, for the error
+    shown: dict[str, Any] | None = None
+    try:
+        async with cursor.copy(copy_sql) as copy:
+            await _write_bulk(copy, rows, cq.CopyEncoder(None, extras=extras))
+        sql, shown = done_sql, {**params, "first": rows.ids[0]}
+        await cursor.execute(done_sql, shown)
+        (now, _) = await cursor.fetchone()
+    except psycopg.Error as exc:
+        raise await _driver_error(conn, driver, sql, shown, exc) from exc
+    if now is None:
+        raise RuntimeError("the first job of the COPY is not in the table after its commit")
+    return BulkOutcomes(rows, now)
 
 
 def _raise_translated(exc: DBAPIError) -> NoReturn:

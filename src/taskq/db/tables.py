@@ -74,7 +74,9 @@ jobs = Table(
     Column("attempt", Integer(), nullable=False, server_default="0"),
     Column("budget_used", Integer(), nullable=False, server_default="0"),
     Column("max_attempts", Integer(), nullable=True),
-    Column("scheduled_at", UTCDateTime(), nullable=False),
+    # Postgres: defaults to the transaction's timestamp, as created_at does (the bulk COPY
+    # leaves all three out). SQLite tables keep no default (migration 0002 says why).
+    Column("scheduled_at", UTCDateTime(), nullable=False, server_default=func.current_timestamp()),
     Column("identity_key", String(_NAME), nullable=True),
     Column("idempotency_key", String(_NAME), nullable=True),
     Column("singleton", Boolean(), nullable=False, server_default=false()),

@@ -36,13 +36,17 @@ __all__ = [
     "COPY_HEADER",
     "COPY_ROWS_PER_WRITE",
     "COPY_TRAILER",
+    "SCHEDULED_AT",
     "CopyEncoder",
     "UnencodableRow",
     "check_encodable",
     "copied_records",
     "copy_clock_sql",
+    "copy_columns",
+    "copy_done_sql",
     "copy_rows_sql",
     "needs_extras",
+    "runs_now",
 ]
 
 COPY_COLUMNS: tuple[Any, ...] = (
@@ -77,6 +81,35 @@ which no job sets one (:func:`needs_extras`) leaves them out of the COPY: they t
 defaults (``[]``, ``{}`` and NULLs), the same values, and the server parses two JSON
 documents fewer per row (parsing the three took 9 % of its CPU in a profile)."""
 
+SCHEDULED_AT: str = jobs.c.scheduled_at.name
+"""The column whose default a ``clock=False`` COPY needs (migration 0002)."""
+
+_CLOCK_COLUMNS = frozenset(
+    col.name
+    for col in (
+        jobs.c.created_at,
+        jobs.c.updated_at,
+        jobs.c.status,
+        jobs.c.scheduled_at,
+        jobs.c.deadline_at,
+        jobs.c.schedule_to_close_s,
+    )
+)
+"""The columns a batch of jobs that all run now (:func:`runs_now`) can leave to their
+defaults: the transaction's timestamp for the first three (Postgres, migration 0002),
+``pending``, and NULLs."""
+
+
+def copy_columns(*, clock: bool = True, extras: bool = True) -> tuple[Any, ...]:
+    """The columns of :data:`COPY_COLUMNS` a COPY writes: without the
+    :data:`COPY_EXTRA_COLUMNS` unless ``extras``; without the timestamps, the status and
+    the deadline unless ``clock`` (they take their defaults, see :func:`runs_now`)."""
+    columns = COPY_COLUMNS if extras else COPY_COLUMNS[:-COPY_EXTRA_COLUMNS]
+    if not clock:
+        columns = tuple(col for col in columns if col.name not in _CLOCK_COLUMNS)
+    return columns
+
+
 _PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
@@ -84,8 +117,7 @@ COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
 COPY_TRAILER = struct.pack(">h", -1)
 """What binary COPY data ends with."""
 _NULL = struct.pack(">i", -1)
-_ROW_START = struct.pack(">hi", len(COPY_COLUMNS), 16)  # field count; the id's length
-_SHORT_ROW_START = struct.pack(">hi", len(COPY_COLUMNS) - COPY_EXTRA_COLUMNS, 16)
+_ROW_START = struct.Struct(">hi").pack  # field count; the id's length
 _INT4 = struct.Struct(">i").pack
 _JSONB_START = struct.Struct(">iB").pack  # length, then jsonb's format version (1)
 _INT2_FIELD = struct.Struct(">ih").pack
@@ -96,6 +128,7 @@ _PENDING = b"\x00\x00\x00\x07pending"
 _SCHEDULED = b"\x00\x00\x00\x09scheduled"
 _UUID_LENGTH = _INT4(16)
 _CLOCK_SQL_CACHE: dict[tuple[str, str], str] = {}
+_DONE_SQL_CACHE: dict[tuple[Any, ...], str] = {}
 BEGIN = "BEGIN"
 """What the COPY transaction starts with, sent in one pipeline with :func:`copy_clock_sql`
 (its connection is in autocommit)."""
@@ -118,10 +151,11 @@ def copy_rows_sql(
     dialect: Dialect,
     schema_translate_map: Mapping[str | None, str | None] | None,
     *,
+    clock: bool = True,
     extras: bool = True,
 ) -> str:
-    """Postgres only: ``COPY <schema>.jobs (<COPY_COLUMNS>) FROM STDIN (FORMAT BINARY)``,
-    without the :data:`COPY_EXTRA_COLUMNS` unless ``extras``.
+    """Postgres only: ``COPY <schema>.jobs (<columns>) FROM STDIN (FORMAT BINARY)``, the
+    columns of :func:`copy_columns`.
 
     Core has no COPY construct: the text is assembled from the ``jobs`` table with the
     dialect's identifier quoting, the schema mapped through ``schema_translate_map`` as
@@ -132,7 +166,7 @@ def copy_rows_sql(
     table = preparer.quote(jobs.name)
     if schema is not None:
         table = f"{preparer.quote_schema(schema)}.{table}"
-    written = COPY_COLUMNS if extras else COPY_COLUMNS[:-COPY_EXTRA_COLUMNS]
+    written = copy_columns(clock=clock, extras=extras)
     columns = ", ".join(preparer.quote(col.name) for col in written)
     return f"COPY {table} ({columns}) FROM STDIN (FORMAT BINARY)"
 
@@ -148,14 +182,45 @@ def copy_clock_sql(dialect: Dialect) -> str:
     key = (dialect.name, dialect.driver)
     sql = _CLOCK_SQL_CACHE.get(key)
     if sql is None:
-        queues = (
-            func.unnest(cast(bindparam("queues"), ARRAY(Text())))
-            .table_valued(column("queue", Text()))
-            .render_derived(name="q")
-        )
-        notified = select(func.count(func.pg_notify(bindparam("channel"), queues.c.queue)))
-        stmt = select(func.clock_timestamp(), notified.scalar_subquery())
+        stmt = select(func.clock_timestamp(), _notified().scalar_subquery())
         sql = _CLOCK_SQL_CACHE[key] = stmt.compile(dialect=dialect).string
+    return sql
+
+
+def _notified() -> Any:
+    """``count(pg_notify(:channel, queue))`` over the queue names in ``:queues``."""
+    queues = (
+        func.unnest(cast(bindparam("queues"), ARRAY(Text())))
+        .table_valued(column("queue", Text()))
+        .render_derived(name="q")
+    )
+    return select(func.count(func.pg_notify(bindparam("channel"), queues.c.queue)))
+
+
+def copy_done_sql(
+    dialect: Dialect, schema_translate_map: Mapping[str | None, str | None] | None
+) -> str:
+    """Postgres only: the statement run after a ``copy_rows_sql(..., clock=False)`` COPY
+    committed on its own (autocommit).
+
+    Parameters ``first`` (the id of the batch's first job), ``channel`` and ``queues`` as
+    for :func:`copy_clock_sql`. Returns one row: that job's ``created_at``, the
+    transaction timestamp every row of the batch took for its timestamps, and how many
+    notifications were sent (each delivered when this statement commits, at once).
+    """
+    translate = tuple(sorted((schema_translate_map or {}).items(), key=repr))
+    key = (dialect.name, dialect.driver, translate)
+    sql = _DONE_SQL_CACHE.get(key)
+    if sql is None:
+        created = select(jobs.c.created_at).where(jobs.c.id == bindparam("first"))
+        stmt = select(created.scalar_subquery(), _notified().scalar_subquery())
+        mapping = dict(translate)
+        compiled = stmt.compile(
+            dialect=dialect,
+            schema_translate_map=mapping or None,
+            render_schema_translate=bool(mapping),
+        )
+        sql = _DONE_SQL_CACHE[key] = compiled.string
     return sql
 
 
@@ -237,6 +302,13 @@ def needs_extras(requests: Sequence[EnqueueRequest]) -> bool:
     return not all([_has_no_extras(req) for req in requests])
 
 
+def runs_now(requests: Sequence[EnqueueRequest]) -> bool:
+    """Whether every job of ``requests`` is pending to run now with no deadline: its row
+    can leave the timestamps, the status and the deadline to their defaults
+    (``copy_rows_sql(..., clock=False)``)."""
+    return all([_is_run_now(req) for req in requests])
+
+
 def _extras(req: EnqueueRequest) -> bytes:
     """identity_key, tags, metadata, trace_context, parent_job_id of a job that sets one."""
     return b"".join(
@@ -256,12 +328,14 @@ class CopyEncoder:
     :data:`COPY_TRAILER`.
 
     ``now`` is the server's clock reading from :func:`copy_clock_sql`: ``created_at`` and
-    ``updated_at`` of every row, and the base of each delay and deadline. Without
-    ``extras``, the rows are the ones of ``copy_rows_sql(..., extras=False)``, and a job
-    that sets one of the :data:`COPY_EXTRA_COLUMNS` is a ``ValueError``. JSON values are
-    serialised by pydantic-core as in :func:`taskq.db.queries.jobs.rows_document`, so the
-    stored documents are the same. Binary fields are length-prefixed: no value is
-    escaped, and none is interpolated into SQL.
+    ``updated_at`` of every row, and the base of each delay and deadline. With ``now``
+    ``None``, the rows are the ones of ``copy_rows_sql(..., clock=False)``: every job must
+    run now (:func:`runs_now`), and the server fills in the timestamps. Without
+    ``extras``, the rows are the ones of ``copy_rows_sql(..., extras=False)``. A job that
+    does not fit the columns is a ``ValueError``. JSON values are serialised by
+    pydantic-core as in :func:`taskq.db.queries.jobs.rows_document`, so the stored
+    documents are the same. Binary fields are length-prefixed: no value is escaped, and
+    none is interpolated into SQL.
     """
 
     __slots__ = (
@@ -274,12 +348,12 @@ class CopyEncoder:
         "_shapes",
     )
 
-    def __init__(self, now: datetime, *, extras: bool = True) -> None:
-        self._now_us = _micros(now)
-        self._created = _INT8_FIELD(8, self._now_us)
-        self._runs_now = _PENDING + self._created + _NULL + _NULL
+    def __init__(self, now: datetime | None, *, extras: bool = True) -> None:
+        self._now_us = None if now is None else _micros(now)
+        self._created = b"" if self._now_us is None else _INT8_FIELD(8, self._now_us)
+        self._runs_now = b"" if now is None else _PENDING + self._created + _NULL + _NULL
         self._extras = extras
-        self._row_start = _ROW_START if extras else _SHORT_ROW_START
+        self._row_start = _ROW_START(len(copy_columns(clock=now is not None, extras=extras)), 16)
         self._no_extras = (
             _NULL + _json_field([]) + _json_field({}) + _NULL + _NULL if extras else b""
         )
@@ -289,7 +363,7 @@ class CopyEncoder:
         """The rows of ``requests`` (plain: checked by the caller), in order.
         ``UnencodableRow`` when a timestamp is out of Python's range (the caller aborts
         the COPY)."""
-        shapes, created, now_us = self._shapes, self._created, self._now_us
+        shapes, created = self._shapes, self._created
         row_start = self._row_start
         out: list[bytes] = []
         put = out.append
@@ -304,9 +378,14 @@ class CopyEncoder:
             if shape is None:
                 shape = shapes[key] = _shape(req, created)
             put(shape)
-            put(self._runs_now if _is_run_now(req) else _timing(req, now_us))
+            put(self._runs_now if _is_run_now(req) else self._timing_of(req))
             put(self._no_extras if _has_no_extras(req) else self._extras_of(req))
         return b"".join(out)
+
+    def _timing_of(self, req: EnqueueRequest) -> bytes:
+        if self._now_us is None:
+            raise ValueError("CopyEncoder(None): a job does not run now or has a deadline")
+        return _timing(req, self._now_us)
 
     def _extras_of(self, req: EnqueueRequest) -> bytes:
         if not self._extras:
@@ -319,7 +398,7 @@ class CopyEncoder:
         return b"".join(
             (
                 _shape(template, self._created),
-                self._runs_now if _is_run_now(template) else _timing(template, self._now_us),
+                self._runs_now if _is_run_now(template) else self._timing_of(template),
                 self._no_extras if _has_no_extras(template) else self._extras_of(template),
             )
         )
