@@ -753,7 +753,7 @@ async def _copy_committing(
         async with cursor.copy(copy_sql) as copy:
             await _write_bulk(copy, rows, cq.CopyEncoder(None, extras=extras))
         sql, shown = done_sql, {**params, "first": rows.ids[0]}
-        await cursor.execute(done_sql, shown)
+        await cursor.execute(done_sql, shown, prepare=True)  # once per connection
         (now, _) = await cursor.fetchone()
     except psycopg.Error as exc:
         raise await _driver_error(conn, driver, sql, shown, exc) from exc

@@ -716,7 +716,7 @@ def _copy_committing(
         with cursor.copy(copy_sql) as copy:
             _write_bulk(copy, rows, cq.CopyEncoder(None, extras=extras))
         sql, shown = (done_sql, {**params, "first": rows.ids[0]})
-        cursor.execute(done_sql, shown)
+        cursor.execute(done_sql, shown, prepare=True)
         now, _ = cursor.fetchone()
     except psycopg.Error as exc:
         raise _driver_error(conn, driver, sql, shown, exc) from exc
