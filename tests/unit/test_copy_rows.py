@@ -208,9 +208,7 @@ def test_rows_without_extras_refuse_a_job_that_sets_one() -> None:
         q.CopyEncoder(NOW, extras=False).encode([_request(tags=["t"])])
 
 
-def test_the_statement_after_a_committing_copy_reads_the_first_row_and_wakes_the_queues() -> (
-    None
-):
+def test_the_statement_after_a_committing_copy_reads_the_first_row_and_wakes_the_queues() -> None:
     sql = q.copy_done_sql(psycopg.dialect(), {None: "taskq"})
     assert "FROM taskq.jobs" in sql
     assert "taskq.jobs.id = %(first)s" in sql
