@@ -9,7 +9,7 @@ the sync client.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
@@ -264,40 +264,64 @@ async def test_a_batch_that_runs_now_is_one_copy_committing_on_its_own(
     assert sorted(notes[:2]) == ["bulk_q1", "bulk_q2"]
 
 
-@pytest.mark.parametrize("client", ["async", "sync"])
-async def test_without_the_scheduled_at_default_a_batch_takes_the_transaction(
-    pg_url: URL, settings: TaskQSettings, client: str
-) -> None:
-    """A schema before migration 0002: the COPY that leaves ``scheduled_at`` to a default
-    fails and writes nothing, the same batch is written in a transaction instead, a
-    warning says to migrate, and later batches go straight to the transaction."""
-    from taskq_sync import TaskQ as SyncTaskQ
-    from taskq_sync.backends import sql as sync_backend
-
+@contextmanager
+def _without_scheduled_default(url: URL) -> Iterator[None]:
+    """The ``jobs`` table as before migration 0002 (no default for ``scheduled_at``)."""
     alter = "ALTER TABLE taskq.jobs ALTER COLUMN scheduled_at {} DEFAULT"
-    with psycopg.connect(libpq(pg_url), autocommit=True) as admin:
+    with psycopg.connect(libpq(url), autocommit=True) as admin:
         admin.execute(alter.format("DROP"))
         try:
-            before = count_jobs(pg_url, "bulk_one") + count_jobs(pg_url, "bulk_two")
-            with capture_logs() as logs:
-                if client == "async":
-                    async with TaskQ(pg_url, settings=settings) as tq:
-                        with _copy_kinds() as kinds:
-                            first = await tq.jobs.enqueue_many(_pairs())
-                            second = await tq.jobs.enqueue_many(_pairs())
-                        records = [await h.refresh() for h in (first[0], second[-1])]
-                else:
-                    with SyncTaskQ(pg_url, settings=settings) as sync_tq:
-                        with _copy_kinds(sync_backend) as kinds:
-                            first = sync_tq.jobs.enqueue_many(_pairs())
-                            second = sync_tq.jobs.enqueue_many(_pairs())
-                        records = [h.refresh() for h in (first[0], second[-1])]
+            yield
         finally:
             admin.execute(alter.format("SET") + " CURRENT_TIMESTAMP")
+
+
+def _bulk_jobs(url: URL) -> int:
+    return count_jobs(url, "bulk_one") + count_jobs(url, "bulk_two")
+
+
+def _fell_back_once(kinds: list[str], logs: list[MutableMapping[str, Any]]) -> None:
+    """The first batch tried the committing COPY, which wrote nothing, then the
+    transaction; the second went straight to the transaction; one warning said so."""
     assert kinds == ["committing", "transaction", "transaction"]
     assert [e["event"] for e in logs if e["log_level"] == "warning"] == [
         "enqueue_copy_without_defaults"
     ]
-    after = count_jobs(pg_url, "bulk_one") + count_jobs(pg_url, "bulk_two")
-    assert after - before == 2 * N
-    assert records == [first[0].record, second[-1].record]
+
+
+async def test_without_the_scheduled_at_default_a_batch_takes_the_transaction(
+    pg_url: URL, settings: TaskQSettings
+) -> None:
+    """A schema before migration 0002: the COPY that leaves ``scheduled_at`` to a default
+    fails and writes nothing, and the same batch is written in a transaction instead."""
+    before = _bulk_jobs(pg_url)
+    with _without_scheduled_default(pg_url), capture_logs() as logs:
+        async with TaskQ(pg_url, settings=settings) as tq:
+            with _copy_kinds() as kinds:
+                first = await tq.jobs.enqueue_many(_pairs())
+                second = await tq.jobs.enqueue_many(_pairs())
+            for handle in (first[0], first[-1], second[-1]):
+                assert handle.record == await handle.refresh()
+    _fell_back_once(kinds, logs)
+    assert _bulk_jobs(pg_url) - before == 2 * N
+
+
+def test_the_sync_client_without_the_default_takes_the_transaction(
+    pg_url: URL, settings: TaskQSettings
+) -> None:
+    from taskq_sync import TaskQ as SyncTaskQ
+    from taskq_sync.backends import sql as sync_backend
+
+    before = _bulk_jobs(pg_url)
+    with (
+        _without_scheduled_default(pg_url),
+        capture_logs() as logs,
+        SyncTaskQ(pg_url, settings=settings) as tq,
+    ):
+        with _copy_kinds(sync_backend) as kinds:
+            first = tq.jobs.enqueue_many(_pairs())
+            second = tq.jobs.enqueue_many(_pairs())
+        for handle in (first[0], first[-1], second[-1]):
+            assert handle.record == handle.refresh()
+    _fell_back_once(kinds, logs)
+    assert _bulk_jobs(pg_url) - before == 2 * N
