@@ -24,6 +24,7 @@ from pydantic_core import to_json
 from sqlalchemy import ARRAY, Text, bindparam, cast, column, func, select
 from sqlalchemy.engine import Dialect
 
+from taskq.db.queries.compiled import compile_once
 from taskq.db.tables import jobs
 from taskq.records import EnqueueRequest, InsertedRecord, RecordSource
 
@@ -128,7 +129,6 @@ _PENDING = b"\x00\x00\x00\x07pending"
 _SCHEDULED = b"\x00\x00\x00\x09scheduled"
 _UUID_LENGTH = _INT4(16)
 _CLOCK_SQL_CACHE: dict[tuple[str, str], str] = {}
-_DONE_SQL_CACHE: dict[tuple[Any, ...], str] = {}
 BEGIN = "BEGIN"
 """What the COPY transaction starts with, sent in one pipeline with :func:`copy_clock_sql`
 (its connection is in autocommit)."""
@@ -208,20 +208,12 @@ def copy_done_sql(
     transaction timestamp every row of the batch took for its timestamps, and how many
     notifications were sent (each delivered when this statement commits, at once).
     """
-    translate = tuple(sorted((schema_translate_map or {}).items(), key=repr))
-    key = (dialect.name, dialect.driver, translate)
-    sql = _DONE_SQL_CACHE.get(key)
-    if sql is None:
+
+    def build() -> Any:
         created = select(jobs.c.created_at).where(jobs.c.id == bindparam("first"))
-        stmt = select(created.scalar_subquery(), _notified().scalar_subquery())
-        mapping = dict(translate)
-        compiled = stmt.compile(
-            dialect=dialect,
-            schema_translate_map=mapping or None,
-            render_schema_translate=bool(mapping),
-        )
-        sql = _DONE_SQL_CACHE[key] = compiled.string
-    return sql
+        return select(created.scalar_subquery(), _notified().scalar_subquery())
+
+    return compile_once("copy_done", build, dialect, schema_translate_map).string
 
 
 def _micros(at: datetime) -> int:

@@ -8,7 +8,7 @@ behaviour (windows, schedules) come from the store's clock, :func:`taskq.db.dial
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -41,6 +41,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from taskq.constants import ACTIVE_STATUSES
 from taskq.db import dialect as dialects
+from taskq.db.queries.compiled import compile_once
 from taskq.db.tables import actor_config, job_attempts, jobs
 from taskq.db.types import UTCDateTime
 from taskq.records import EnqueueRequest, InsertedRecord, RecordSource
@@ -208,7 +209,6 @@ _DOC_COLUMNS: tuple[tuple[str, Any], ...] = (
     ("scheduled_at", jobs.c.scheduled_at.type),
     ("delay_s", Float()),
 )
-_SQL_CACHE: dict[tuple[str, str, bool, bool, tuple[tuple[str | None, str | None], ...]], str] = {}
 """Compiled statements by (dialect, driver, skip_existing, one row, schema map)."""
 
 
@@ -303,27 +303,6 @@ def _row_insert() -> Any:
     ).select_from(inserted)
 
 
-def _compiled(
-    key: tuple[str, str, bool, bool],
-    stmt: Callable[[], Any],
-    dialect: Dialect,
-    schema_translate_map: Mapping[str | None, str | None] | None,
-) -> str:
-    """The SQL text of ``stmt()`` for ``dialect`` with the schema map rendered, compiled
-    once per ``key`` and map."""
-    translate = tuple(sorted((schema_translate_map or {}).items(), key=repr))
-    sql = _SQL_CACHE.get((*key, translate))
-    if sql is None:
-        mapping = dict(translate)
-        compiled = stmt().compile(
-            dialect=dialect,
-            schema_translate_map=mapping or None,
-            render_schema_translate=bool(mapping),
-        )
-        sql = _SQL_CACHE[(*key, translate)] = compiled.string
-    return sql
-
-
 def insert_row_sql(
     dialect: Dialect, schema_translate_map: Mapping[str | None, str | None] | None
 ) -> str:
@@ -336,8 +315,7 @@ def insert_row_sql(
     measurably less per job, and one enqueue is one such statement. Compiled once per
     driver and schema map, as :func:`insert_rows_sql` is.
     """
-    key = (dialect.name, dialect.driver, False, True)
-    return _compiled(key, _row_insert, dialect, schema_translate_map)
+    return compile_once("insert_row", _row_insert, dialect, schema_translate_map).string
 
 
 def insert_rows_sql(
@@ -363,13 +341,8 @@ def insert_rows_sql(
     through ``schema_translate_map``; executed with ``exec_driver_sql`` so no per-call
     compile, cache-key or bind-processing work is done on the enqueue hot path.
     """
-    key = (dialect.name, dialect.driver, skip_existing, False)
-    return _compiled(
-        key,
-        functools.partial(_rows_insert, skip_existing=skip_existing),
-        dialect,
-        schema_translate_map,
-    )
+    build = functools.partial(_rows_insert, skip_existing=skip_existing)
+    return compile_once(("insert_rows", skip_existing), build, dialect, schema_translate_map).string
 
 
 def _doc_row(req: EnqueueRequest) -> dict[str, Any]:

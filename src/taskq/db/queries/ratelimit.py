@@ -42,6 +42,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.elements import ColumnElement
 
 from taskq.db import dialect as db_dialect
+from taskq.db.queries.compiled import compile_once
 from taskq.db.tables import rate_limit_buckets, rate_limit_window_entries, reservation_slots
 from taskq.db.types import UTCDateTime
 
@@ -356,7 +357,8 @@ EPS_TOKENS: Final = 1e-9
 
 _US_PER_S: Final = 1_000_000
 
-_PG_SQL_CACHE: dict[tuple[Any, ...], tuple[str, dict[str, Any]]] = {}
+_PG_CONSTANTS: dict[int, tuple[str, dict[str, Any]]] = {}
+"""Text and constants per compiled statement, by its id (``compile_once`` keeps every one)."""
 
 
 def pg_sql(
@@ -371,18 +373,11 @@ def pg_sql(
     ``exec_driver_sql``, so the hot path pays no compile, cache-key or bind-processing
     work. Results come back as the driver's values (``float``, ``bool``).
     """
-    translate = tuple(sorted((schema_translate_map or {}).items(), key=repr))
-    key = (builder.__name__, dialect.name, dialect.driver, translate)
-    cached = _PG_SQL_CACHE.get(key)
+    compiled = compile_once(builder.__name__, builder, dialect, schema_translate_map)
+    cached = _PG_CONSTANTS.get(id(compiled))
     if cached is None:
-        mapping = dict(translate)
-        compiled = builder().compile(
-            dialect=dialect,
-            schema_translate_map=mapping or None,
-            render_schema_translate=bool(mapping),
-        )
         constants = {k: v for k, v in compiled.params.items() if not k.startswith("p_")}
-        cached = _PG_SQL_CACHE[key] = (compiled.string, constants)
+        cached = _PG_CONSTANTS[id(compiled)] = (compiled.string, constants)
     return cached
 
 
