@@ -25,7 +25,9 @@ from datetime import UTC, datetime
 from typing import Any, overload
 from uuid import UUID
 
-from taskq._ids import new_job_ids
+from pydantic_core import from_json, to_json
+
+from taskq._ids import new_uuid_ints, uuid_from_int
 from taskq.records import (
     EnqueueOutcome,
     EnqueueRequest,
@@ -48,17 +50,20 @@ class BulkRows:
     The ids and the payload documents are made in order, on demand (:meth:`make`), each
     exactly once, so a backend that streams rows makes them a chunk at a time while the
     server inserts the chunk before. ``records`` is the batch's one record source, ready
-    once a backend has written the rows (:class:`BulkOutcomes`). ``after_sent``, if set,
-    is called once by a backend that has sent every row and waits for the server: a
-    client builds what it returns then, instead of after the commit.
+    once a backend has written the rows (:class:`BulkOutcomes`).
+
+    Both columns are held as what the garbage collector need not track: an id as its
+    128-bit integer, a payload as its JSON text (the bytes the row stores). A batch of
+    1,000 jobs then leaves no object per job for the cyclic collector, where ``UUID``
+    objects and payload dicts made 2,000, each one more reason for a collection that also
+    walks the caller's objects.
     """
 
     __slots__ = (
         "_dumps",
         "_models",
-        "after_sent",
-        "documents_made",
         "ids",
+        "payloads",
         "records",
         "size",
         "templates",
@@ -79,12 +84,12 @@ class BulkRows:
         self.size = len(models)
         self.templates = tuple(templates)
         self.which = which
-        self.ids: list[UUID] = []
-        """The job ids made so far, in order (time-ordered, as ``new_job_ids`` makes them)."""
-        self.documents_made: list[dict[str, Any]] = []
-        """The payload documents dumped so far, in order."""
-        self.records = BulkRecords(self.ids, self.documents_made, self.templates, which)
-        self.after_sent: Callable[[], object] | None = None
+        self.ids: list[int] = []
+        """The job ids made so far, in order, as integers (``UUID(int=...)``; time-ordered,
+        as ``new_uuid_ints`` makes them)."""
+        self.payloads: list[bytes] = []
+        """The JSON text of the payload documents dumped so far, in order."""
+        self.records = BulkRecords(self.ids, self.payloads, self.templates, which)
 
     def template_indexes(self, start: int, stop: int) -> Sequence[int]:
         """The template index of rows ``start`` to ``stop - 1``."""
@@ -95,22 +100,22 @@ class BulkRows:
         """Make the ids and payload documents of every row before ``stop`` not made yet
         (one dump call per actor). Whatever dumping raises is raised here, and the rows
         before the chunk it failed in stay made."""
-        begin = len(self.documents_made)
+        begin = len(self.payloads)
         if stop <= begin:
             return
         if self.which is None or len(self.templates) == 1:
             documents = self._dumps[0](self._models[begin:stop])
         else:
             documents = self._dump_grouped(begin, stop)
-        self.documents_made += documents
-        self.ids += new_job_ids(stop - begin)
+        self.payloads += map(to_json, documents)
+        self.ids += new_uuid_ints(stop - begin)
         if stop == self.size:  # every row is made: let the caller's models go
             self._models = ()
 
-    def documents(self, start: int, stop: int) -> list[dict[str, Any]]:
-        """The payload documents of rows ``start`` to ``stop - 1`` (:meth:`make` first)."""
+    def payloads_json(self, start: int, stop: int) -> list[bytes]:
+        """The payloads of rows ``start`` to ``stop - 1`` as JSON (:meth:`make` first)."""
         self.make(stop)
-        return self.documents_made[start:stop]
+        return self.payloads[start:stop]
 
     def _dump_grouped(self, begin: int, stop: int) -> list[dict[str, Any]]:
         groups: dict[int, list[int]] = {}
@@ -127,20 +132,14 @@ class BulkRows:
         """The requests of rows ``start`` to ``stop - 1``, as the other paths insert them."""
         templates = self.templates
         return [
-            request_like(templates[t], document, job_id)
-            for t, document, job_id in zip(
+            request_like(templates[t], from_json(raw), uuid_from_int(job_id))
+            for t, raw, job_id in zip(
                 self.template_indexes(start, stop),
-                self.documents(start, stop),
+                self.payloads_json(start, stop),
                 self.ids[start:stop],
                 strict=True,
             )
         ]
-
-    def sent(self) -> None:
-        """Every row is sent (a backend's call): run ``after_sent`` once."""
-        hook, self.after_sent = self.after_sent, None  # no cycle through the hook's closure
-        if hook is not None:
-            hook()
 
     def counts(self) -> dict[tuple[str, str], int]:
         """How many jobs per ``(actor, queue)``."""
@@ -159,25 +158,26 @@ class BulkRecords(SharedRecords):
     for the whole batch, each record built when its handle first asks. Each equals a
     re-read of its row, as :func:`~taskq.db.queries.copy_rows.copied_records`' do.
 
-    It holds the rows' columns (``ids`` and ``documents``, the lists the rows fill in),
-    not the rows: no reference cycle, so a batch is freed as soon as its handles go.
+    It holds the rows' columns (``ids`` and ``payloads``, the lists the rows fill in),
+    not the rows: no reference cycle, so a batch is freed as soon as its handles go. A
+    record's payload is parsed from the JSON the row stores, a new dict each time.
     """
 
-    __slots__ = ("_documents", "_ids", "_index", "_now", "_templates", "_which")
+    __slots__ = ("_ids", "_index", "_now", "_payloads", "_templates", "_which")
 
     def __init__(
         self,
-        ids: list[UUID],
-        documents: list[dict[str, Any]],
+        ids: list[int],
+        payloads: list[bytes],
         templates: tuple[EnqueueRequest, ...],
         which: list[int] | None,
     ) -> None:
         self._ids = ids
-        self._documents = documents
+        self._payloads = payloads
         self._templates = templates
         self._which = which
         self._now: datetime | None = None
-        self._index: dict[UUID, int] | None = None
+        self._index: dict[int, int] | None = None
 
     def written(self, now: datetime) -> None:
         """The rows were written at the clock reading ``now``."""
@@ -191,16 +191,17 @@ class BulkRecords(SharedRecords):
         index = self._index
         if index is None:
             index = self._index = {job: row for row, job in enumerate(self._ids)}
-        row = index[job_id]
+        row = index[job_id.int]
         template = self._templates[0 if self._which is None else self._which[row]]
-        request = request_like(template, self._documents[row], job_id)
+        request = request_like(template, from_json(self._payloads[row]), job_id)
         return JobRecord.inserted(request, scheduled_at=now, deadline_at=None, created_at=now)
 
 
 class BulkOutcomes(Sequence[EnqueueOutcome]):
-    """What a bulk write did: every job inserted, ids in order (``job_ids``), records from
-    one :class:`BulkRecords`. Indexing builds an :class:`~taskq.records.EnqueueOutcome`;
-    ``JobsClient`` reads ``job_ids`` and ``records`` instead."""
+    """What a bulk write did: every job inserted, ids in order (``job_ids``, as integers),
+    records from one :class:`BulkRecords`. Indexing builds an
+    :class:`~taskq.records.EnqueueOutcome`; ``JobsClient`` reads ``job_ids`` and
+    ``records`` instead."""
 
     __slots__ = ("counts", "job_ids", "records")
 
@@ -229,5 +230,5 @@ class BulkOutcomes(Sequence[EnqueueOutcome]):
     def __iter__(self) -> Iterator[EnqueueOutcome]:
         return (self._outcome(job_id) for job_id in self.job_ids)
 
-    def _outcome(self, job_id: UUID) -> EnqueueOutcome:
-        return EnqueueOutcome(self.records, job_id=job_id)
+    def _outcome(self, job_id: int) -> EnqueueOutcome:
+        return EnqueueOutcome(self.records, job_id=uuid_from_int(job_id))

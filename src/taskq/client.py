@@ -26,7 +26,7 @@ from taskq.backends.sql import SqlBackend
 from taskq.bulk_rows import BulkOutcomes, BulkRows
 from taskq.db.engine import make_engine
 from taskq.exceptions import JobNotFoundError
-from taskq.handle import JobHandle
+from taskq.handle import JobHandle, JobHandles
 from taskq.records import (
     ITEM_OPTIONS,
     EnqueueArgs,
@@ -124,14 +124,18 @@ class JobsClient:
         items: Sequence[EnqueueArgs | tuple[ActorRef[Any, Any] | str, Any]],
         *,
         connection: AsyncConnection | None = None,
-    ) -> list[JobHandle[Any]]:
+    ) -> Sequence[JobHandle[Any]]:
         """Enqueue many jobs in one transaction (one INSERT or COPY for those with no dedup
-        checks).
+        checks) and return their handles, one per item, in order.
 
         All are written or none: an item that fails validation is raised (the first bad
         one, in order) and leaves nothing written. Without ``connection``, a large batch
         may be streamed to the database while its later items are still being validated,
         inside a transaction that the error rolls back.
+
+        The handles are a read-only sequence: a list, or for a bulk batch of ``(actor,
+        model)`` pairs a :class:`~taskq.handle.JobHandles` that makes each handle when it
+        is first read.
         """
         if not items:
             return []
@@ -139,33 +143,15 @@ class JobsClient:
         with enqueue_span((), len(items)) as span:
             batch = made.batch()  # in the span: the jobs carry its trace context
             stamp_actors(span, batch.actors)
-            bulk = batch.bulk
-            handles: list[JobHandle[Any]] = []
-            if bulk is not None:  # made while the server inserts the last rows
-                bulk.after_sent = lambda: handles.extend(self._bulk_handles(made.refs, bulk))
-            try:
-                if connection is None:
-                    outcomes = await self.backend.enqueue_batch(batch)
-                else:
-                    outcomes = await self.backend.enqueue(batch.all(), connection=connection)
-            finally:
-                if bulk is not None:
-                    bulk.after_sent = None  # unused by this backend or path: no cycle left
-            if isinstance(outcomes, BulkOutcomes) and bulk is not None:
+            if connection is None:
+                outcomes = await self.backend.enqueue_batch(batch)
+            else:
+                outcomes = await self.backend.enqueue(batch.all(), connection=connection)
+            if isinstance(outcomes, BulkOutcomes):
                 record_bulk_enqueued(span, outcomes.counts)
-                return handles or self._bulk_handles(made.refs, bulk)
+                return JobHandles(self.backend, made.refs, outcomes.job_ids, outcomes.records)
             record_enqueued(span, batch.made, outcomes)
         return [self._handle(ref, out) for ref, out in zip(made.refs, outcomes, strict=True)]
-
-    def _bulk_handles(
-        self, refs: Sequence[ActorRef[Any, Any]], rows: BulkRows
-    ) -> list[JobHandle[Any]]:
-        """One handle per job of a bulk write, all sharing its records."""
-        backend, records = self.backend, rows.records
-        return [
-            JobHandle(backend, job_id, result_adapter=ref.result_adapter, record=records)
-            for ref, job_id in zip(refs, rows.ids, strict=True)
-        ]
 
     async def get(
         self, job_id: UUID, *, result_adapter: TypeAdapter[R] | None = None

@@ -6,18 +6,21 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from typing import Any, Generic, TypeVar, cast
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 from uuid import UUID
 
 from pydantic import TypeAdapter
 
+from taskq._ids import uuid_from_int
 from taskq.exceptions import JobCancelledError, JobFailedError, JobNotFoundError, WaitTimeout
 from taskq.progress import ProgressEvent, progress_channel
 from taskq.records import AttemptRecord, JobRecord, RecordSource, build_record
 from taskq_sync.backends.base import Backend
 
-__all__ = ["JobHandle"]
+if TYPE_CHECKING:
+    from taskq.actor import ActorRef
+__all__ = ["JobHandle", "JobHandles"]
 R = TypeVar("R")
 
 
@@ -204,3 +207,71 @@ class JobHandle(Generic[R]):
         if record.status == "cancelled":
             raise JobCancelledError(record.id, record.status, record.error_class, record.error)
         raise JobFailedError(record.id, record.status, record.error_class, record.error)
+
+
+class JobHandles(Sequence[JobHandle[Any]]):
+    """The handles of a bulk ``enqueue_many`` (one per item, in order), each made the
+    first time it is read, then kept: ``handles[i] is handles[i]``.
+
+    Such a batch (``(actor, model)`` pairs written with one COPY) keeps its ids as
+    integers and its records in one shared source. A caller that only needs to know the
+    jobs are in (the usual case for a large batch) then makes no object per job; one
+    that reads them pays for each handle when it does. It is a read-only sequence:
+    ``list(handles)`` makes a list.
+    """
+
+    __slots__ = ("_backend", "_ids", "_made", "_records", "_refs")
+
+    def __init__(
+        self,
+        backend: Backend,
+        refs: Sequence[ActorRef[Any, Any]],
+        ids: Sequence[int],
+        records: RecordSource,
+    ) -> None:
+        if len(refs) != len(ids):
+            raise ValueError("JobHandles: one actor per job id")
+        self._backend = backend
+        self._refs = refs
+        self._ids = ids
+        self._records = records
+        self._made: list[JobHandle[Any] | None] | None = None
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    @overload
+    def __getitem__(self, index: int) -> JobHandle[Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[JobHandle[Any]]: ...
+
+    def __getitem__(self, index: int | slice) -> JobHandle[Any] | list[JobHandle[Any]]:
+        if isinstance(index, slice):
+            return [self._handle(i) for i in range(*index.indices(len(self._ids)))]
+        size = len(self._ids)
+        position = index + size if index < 0 else index
+        if not 0 <= position < size:
+            raise IndexError("JobHandles index out of range")
+        return self._handle(position)
+
+    def __iter__(self) -> Iterator[JobHandle[Any]]:
+        for position in range(len(self._ids)):
+            yield self._handle(position)
+
+    def __repr__(self) -> str:
+        return f"<JobHandles of {len(self._ids)} jobs>"
+
+    def _handle(self, position: int) -> JobHandle[Any]:
+        made = self._made
+        if made is None:
+            made = self._made = [None] * len(self._ids)
+        handle = made[position]
+        if handle is None:
+            handle = made[position] = JobHandle(
+                self._backend,
+                uuid_from_int(self._ids[position]),
+                result_adapter=self._refs[position].result_adapter,
+                record=self._records,
+            )
+        return handle

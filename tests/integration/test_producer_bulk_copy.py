@@ -25,6 +25,7 @@ from structlog.testing import capture_logs
 from taskq import RetryPolicy, TaskQ, actor
 from taskq.backends import sql as sql_backend
 from taskq.backends.sql import COPY_MIN_ROWS
+from taskq.handle import JobHandles
 from taskq.records import JobRecord
 from taskq.settings import TaskQSettings
 from tests.support.pg import count_jobs, libpq, listen, notes_until
@@ -129,6 +130,29 @@ async def test_a_bulk_batch_stores_what_the_per_request_copy_stores(
     assert ids == sorted(ids)  # time-ordered
 
 
+async def test_bulk_handles_are_a_sequence_made_as_it_is_read(
+    pg_url: URL, settings: TaskQSettings
+) -> None:
+    """The handles of a bulk batch: one per item, in order, each made on first read and
+    then the same object; the jobs they name are the rows written; a list is a list away."""
+    async with TaskQ(pg_url, settings=settings) as tq:
+        handles = await tq.jobs.enqueue_many(_pairs())
+        assert isinstance(handles, JobHandles)
+        assert len(handles) == N
+        assert handles[-1] is handles[N - 1] is handles[N - 1 :][0]
+        as_list = list(handles)
+        assert as_list == [handles[i] for i in range(N)]
+        assert count_jobs(pg_url, "bulk_one") + count_jobs(pg_url, "bulk_two") >= N
+        stored = _stored(pg_url, [h.job_id for h in as_list])
+        assert [row[0] for row in stored] == [
+            "bulk_two" if i % 3 == 2 else "bulk_one" for i in range(N)
+        ]
+        with pytest.raises(IndexError):
+            handles[N]
+        small = await tq.jobs.enqueue_many([(bulk_one, Doc(n=1))])  # not a COPY: a list
+        assert isinstance(small, list)
+
+
 async def test_bulk_handles_wait_for_their_typed_results(
     pg_url: URL, settings: TaskQSettings
 ) -> None:
@@ -193,12 +217,15 @@ async def test_a_subclass_payload_is_validated_one_by_one(
 def test_the_sync_client_writes_bulk_batches(pg_url: URL, settings: TaskQSettings) -> None:
     from taskq_sync import TaskQ as SyncTaskQ
     from taskq_sync.backends import sql as sync_backend
+    from taskq_sync.handle import JobHandles as SyncJobHandles
 
     with SyncTaskQ(pg_url, settings=settings) as tq:
         with _bulk_writes(sync_backend) as sizes:
             bulk = tq.jobs.enqueue_many(_pairs())
             validated = tq.jobs.enqueue_many(_pairs(dicts=True))
         assert sizes == [N]
+        assert isinstance(bulk, SyncJobHandles)
+        assert bulk[3] is bulk[3]
         for handle in bulk[::50]:
             assert handle.record == handle.refresh()
     assert _stored(pg_url, [h.job_id for h in bulk]) == _stored(

@@ -487,7 +487,7 @@ async def test_retry_after_a_lost_copy_writes_each_job_once(
         assert len(statements) == 1
         assert "ON CONFLICT (id) DO NOTHING" in statements[0]
         assert count_jobs(pg_url, "copy_plain") == size
-        for handle in handles[:: N // 4] + handles[-1:]:
+        for handle in [*handles[:: N // 4], handles[-1]]:
             assert handle.record == await handle.refresh()
             assert handle.was_existing is False
         assert handles[-1].record is not None

@@ -9,11 +9,13 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel
+from pydantic_core import to_json
 
 from taskq import actor
-from taskq._ids import new_job_ids
+from taskq._ids import new_job_ids, uuid_from_int
 from taskq.bulk_rows import BulkOutcomes, BulkRows
 from taskq.db.queries import copy_rows as q
+from taskq.handle import JobHandle, JobHandles
 from taskq.records import (
     EnqueueOutcome,
     EnqueueRequest,
@@ -73,17 +75,22 @@ def test_requests_are_the_ones_build_request_makes_with_the_same_ids() -> None:
     assert len(rows.ids) == 10
     assert rows.ids == sorted(rows.ids)  # time-ordered across chunks
     assert made == [
-        _as_built(ref, model, job_id)
+        _as_built(ref, model, uuid_from_int(job_id))
         for ref, model, job_id in zip(refs, models, rows.ids, strict=True)
     ]
 
 
+def _json(models: list[Doc]) -> list[bytes]:
+    """The JSON text the per-request path stores for ``models``."""
+    return [to_json(m.model_dump(mode="json")) for m in models]
+
+
 def test_documents_are_dumped_once_in_order_one_call_per_actor_and_chunk() -> None:
     rows, models, _, dumps = _two_actor_rows(9)
-    assert rows.documents(0, 3) == [m.model_dump(mode="json") for m in models[:3]]
+    assert rows.payloads_json(0, 3) == _json(models[:3])
     assert [d.calls for d in dumps] == [[2], [1]]
-    assert rows.documents(1, 2) == [models[1].model_dump(mode="json")]  # nothing dumped again
-    assert rows.documents(0, 9) == [m.model_dump(mode="json") for m in models]
+    assert rows.payloads_json(1, 2) == _json(models[1:2])  # nothing dumped again
+    assert rows.payloads_json(0, 9) == _json(models)
     assert [d.calls for d in dumps] == [[2, 4], [1, 2]]
     assert rows.requests(0, 9)[8].payload == {"n": 8, "text": models[8].text}
     assert [d.calls for d in dumps] == [[2, 4], [1, 2]]
@@ -123,10 +130,10 @@ def test_a_failing_dump_keeps_the_documents_before_it() -> None:
 
     models = [Doc(n=i) for i in range(6)]
     rows = BulkRows(models, [request_template(bulk_a)], [dump])
-    assert len(rows.documents(0, 2)) == 2
+    assert len(rows.payloads_json(0, 2)) == 2
     with pytest.raises(RuntimeError, match="cannot serialise"):
-        rows.documents(2, 6)
-    assert len(rows.documents_made) == len(rows.ids) == 2
+        rows.payloads_json(2, 6)
+    assert len(rows.payloads) == len(rows.ids) == 2
 
 
 def test_bulk_encoding_is_the_per_request_encoding() -> None:
@@ -139,7 +146,7 @@ def test_bulk_encoding_is_the_per_request_encoding() -> None:
     bulk = b"".join(
         encoder.encode_bulk(
             rows.ids[start:stop],
-            rows.documents_made[start:stop],
+            rows.payloads[start:stop],
             [tails[t] for t in rows.template_indexes(start, stop)],
         )
         for start, stop in ((0, 5), (5, 12))
@@ -153,8 +160,8 @@ def test_a_template_with_a_trace_context_encodes_it_in_every_row() -> None:
     rows = BulkRows([Doc(n=1), Doc(n=2)], [template], [bulk_a.dump_payloads])
     encoder = q.CopyEncoder(NOW)
     tail = encoder.row_tail(template)
-    documents = rows.documents(0, 2)
-    data = encoder.encode_bulk(rows.ids, documents, [tail, tail])
+    payloads = rows.payloads_json(0, 2)
+    data = encoder.encode_bulk(rows.ids, payloads, [tail, tail])
     assert data == q.CopyEncoder(NOW).encode(rows.requests(0, 2))
     assert b"traceparent" in data
 
@@ -170,15 +177,15 @@ def test_outcomes_and_records_are_what_copied_records_give() -> None:
     assert outcomes.counts == rows.counts()
     for outcome, source, job_id in zip(outcomes, expected, rows.ids, strict=True):
         assert isinstance(outcome, EnqueueOutcome)
-        assert outcome.job_id == job_id
+        assert outcome.job_id == uuid_from_int(job_id)
         assert not outcome.was_existing
         assert not outcome.deduplicated_onto_terminal
         assert callable(source)
         assert outcome.record == source()
         assert isinstance(outcome.record, JobRecord)
-    assert [o.job_id for o in outcomes[2:5]] == rows.ids[2:5]
+    assert [o.job_id.int for o in outcomes[2:5]] == rows.ids[2:5]
     assert outcomes[-1].record.actor == "bulk_a"
-    assert outcomes.records.record_of(rows.ids[2]).actor == "bulk_b"
+    assert outcomes.records.record_of(uuid_from_int(rows.ids[2])).actor == "bulk_b"
     with pytest.raises(KeyError):
         outcomes.records.record_of(new_job_ids(1)[0])
 
@@ -192,30 +199,26 @@ def test_records_keep_the_documents_not_the_callers_models() -> None:
     assert outcomes[0].record.created_at == NOW == outcomes[0].record.scheduled_at
 
 
-def test_the_after_sent_hook_runs_once_and_is_let_go() -> None:
-    rows, *_ = _two_actor_rows(4)
-    calls: list[int] = []
-    rows.after_sent = lambda: calls.append(len(rows.ids))
-    rows.make(4)
-    rows.sent()
-    rows.sent()
-    assert calls == [4]
-    assert rows.after_sent is None
+def test_a_batch_keeps_no_object_per_job_for_the_cyclic_collector() -> None:
+    """Ids are held as integers and payloads as JSON text: nothing the collector tracks,
+    so a large batch does not bring on collections that walk the caller's objects."""
+    rows, *_ = _two_actor_rows(50)
+    rows.make(50)
+    assert len(rows.ids) == len(rows.payloads) == 50
+    assert not any(gc.is_tracked(value) for value in [*rows.ids, *rows.payloads])
+    assert rows.ids == [job_id.int for job_id in (o.job_id for o in BulkOutcomes(rows, NOW))]
 
 
 def test_a_written_batch_is_freed_without_the_cyclic_collector() -> None:
-    """Nothing of a batch refers back to itself (rows, records, outcomes, the hook), so
-    its ids and documents go as soon as the last handle does, not at a full collection."""
+    """Nothing of a batch refers back to itself (rows, records, outcomes), so its ids and
+    documents go as soon as the last handle does, not at a full collection."""
 
     def write_and_read() -> None:
         rows, *_ = _two_actor_rows(300)
-        kept: list[Any] = []
-        rows.after_sent = lambda: kept.append(rows.records)
         rows.make(300)
         outcomes = BulkOutcomes(rows, NOW)
-        rows.sent()
         assert outcomes[5].record.payload["n"] == 5
-        assert kept == [outcomes.records]
+        assert outcomes.records is rows.records
 
     write_and_read()
     gc.collect()
@@ -225,3 +228,31 @@ def test_a_written_batch_is_freed_without_the_cyclic_collector() -> None:
         assert gc.collect() == 0
     finally:
         gc.enable()
+
+
+def test_job_handles_make_each_handle_once_on_first_read() -> None:
+    rows, _, refs, _ = _two_actor_rows(6)
+    outcomes = BulkOutcomes(rows, NOW)
+    backend: Any = object()  # never called: nothing here reads the store
+    handles = JobHandles(backend, refs, outcomes.job_ids, outcomes.records)
+    assert len(handles) == 6
+    assert repr(handles) == "<JobHandles of 6 jobs>"
+    assert handles._made is None  # nothing made before it is read
+    third = handles[2]
+    assert isinstance(third, JobHandle)
+    assert third is handles[2] is handles[-4]
+    assert third.job_id == uuid_from_int(rows.ids[2])
+    assert third.result_adapter is bulk_b.result_adapter
+    assert handles[0].result_adapter is bulk_a.result_adapter
+    assert third.record == outcomes[2].record
+    assert handles[1:4] == [handles[1], third, handles[3]]
+    assert handles[::-2] == [handles[5], handles[3], handles[1]]
+    assert [h.job_id.int for h in handles] == rows.ids
+    assert list(handles) == [handles[i] for i in range(6)]
+    assert handles.index(third) == 2
+    assert third in handles
+    for bad in (6, -7):
+        with pytest.raises(IndexError):
+            handles[bad]
+    with pytest.raises(ValueError, match="one actor per job id"):
+        JobHandles(backend, refs[:5], outcomes.job_ids, outcomes.records)

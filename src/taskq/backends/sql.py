@@ -40,6 +40,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from taskq._acompat import ASYNC, asleep
+from taskq._ids import uuid_from_int
 from taskq.backends.held import HeldConnections
 from taskq.bulk_rows import BulkOutcomes, BulkRows
 from taskq.db.dialect import advisory_xact_lock, traits, translate_error
@@ -697,8 +698,7 @@ async def _write_rows(
 async def _write_bulk(copy: Any, rows: BulkRows, encoder: cq.CopyEncoder) -> None:
     """Send the rows of a batch held column by column, as :func:`_write_rows` sends its
     chunks: each row is its id, its payload and its template's other fields, encoded once
-    (``row_tail``). Then ``rows.sent()``: the client's work while the server inserts the
-    last rows and commits."""
+    (``row_tail``)."""
     tails = [encoder.row_tail(template) for template in rows.templates]
     if rows.size == 0:
         await copy.write(cq.COPY_HEADER + cq.COPY_TRAILER)
@@ -706,8 +706,8 @@ async def _write_bulk(copy: Any, rows: BulkRows, encoder: cq.CopyEncoder) -> Non
     while start < rows.size:
         stop = min(start + size, rows.size)
         chunk_tails = [tails[t] for t in rows.template_indexes(start, stop)]
-        documents = rows.documents(start, stop)
-        data = encoder.encode_bulk(rows.ids[start:stop], documents, chunk_tails)
+        payloads = rows.payloads_json(start, stop)
+        data = encoder.encode_bulk(rows.ids[start:stop], payloads, chunk_tails)
         # the header with the first rows and the trailer with the last: a write fewer each
         await copy.write(
             (cq.COPY_HEADER if start == 0 else b"")
@@ -715,7 +715,6 @@ async def _write_bulk(copy: Any, rows: BulkRows, encoder: cq.CopyEncoder) -> Non
             + (cq.COPY_TRAILER if stop == rows.size else b"")
         )
         start, size = stop, cq.COPY_ROWS_PER_WRITE
-    rows.sent()
 
 
 async def _copy_committing(
@@ -752,7 +751,7 @@ async def _copy_committing(
     try:
         async with cursor.copy(copy_sql) as copy:
             await _write_bulk(copy, rows, cq.CopyEncoder(None, extras=extras))
-        sql, shown = done_sql, {**params, "first": rows.ids[0]}
+        sql, shown = done_sql, {**params, "first": uuid_from_int(rows.ids[0])}
         await cursor.execute(done_sql, shown, prepare=True)  # once per connection
         (now, _) = await cursor.fetchone()
     except psycopg.Error as exc:

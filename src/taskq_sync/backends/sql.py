@@ -43,6 +43,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from taskq._acompat import sleep
+from taskq._ids import uuid_from_int
 from taskq.bulk_rows import BulkOutcomes, BulkRows
 from taskq.db.dialect import advisory_xact_lock, traits, translate_error
 from taskq.db.queries import copy_rows as cq
@@ -661,8 +662,7 @@ def _write_rows(
 def _write_bulk(copy: Any, rows: BulkRows, encoder: cq.CopyEncoder) -> None:
     """Send the rows of a batch held column by column, as :func:`_write_rows` sends its
     chunks: each row is its id, its payload and its template's other fields, encoded once
-    (``row_tail``). Then ``rows.sent()``: the client's work while the server inserts the
-    last rows and commits."""
+    (``row_tail``)."""
     tails = [encoder.row_tail(template) for template in rows.templates]
     if rows.size == 0:
         copy.write(cq.COPY_HEADER + cq.COPY_TRAILER)
@@ -670,15 +670,14 @@ def _write_bulk(copy: Any, rows: BulkRows, encoder: cq.CopyEncoder) -> None:
     while start < rows.size:
         stop = min(start + size, rows.size)
         chunk_tails = [tails[t] for t in rows.template_indexes(start, stop)]
-        documents = rows.documents(start, stop)
-        data = encoder.encode_bulk(rows.ids[start:stop], documents, chunk_tails)
+        payloads = rows.payloads_json(start, stop)
+        data = encoder.encode_bulk(rows.ids[start:stop], payloads, chunk_tails)
         copy.write(
             (cq.COPY_HEADER if start == 0 else b"")
             + data
             + (cq.COPY_TRAILER if stop == rows.size else b"")
         )
         start, size = (stop, cq.COPY_ROWS_PER_WRITE)
-    rows.sent()
 
 
 def _copy_committing(
@@ -715,7 +714,7 @@ def _copy_committing(
     try:
         with cursor.copy(copy_sql) as copy:
             _write_bulk(copy, rows, cq.CopyEncoder(None, extras=extras))
-        sql, shown = (done_sql, {**params, "first": rows.ids[0]})
+        sql, shown = (done_sql, {**params, "first": uuid_from_int(rows.ids[0])})
         cursor.execute(done_sql, shown, prepare=True)
         now, _ = cursor.fetchone()
     except psycopg.Error as exc:

@@ -18,7 +18,6 @@ import struct
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from uuid import UUID
 
 from pydantic_core import to_json
 from sqlalchemy import ARRAY, Text, bindparam, cast, column, func, select
@@ -397,20 +396,20 @@ class CopyEncoder:
 
     def encode_bulk(
         self,
-        ids: Sequence[UUID],
-        documents: Sequence[Any],
+        ids: Sequence[int],
+        payloads: Sequence[bytes],
         tails: Sequence[bytes],
     ) -> bytes:
-        """The rows of a chunk of :class:`~taskq.bulk_rows.BulkRows`: row ``i`` is
-        ``ids[i]``, the payload ``documents[i]`` and ``tails[i]`` (its template's
-        :meth:`row_tail`). The same bytes :meth:`encode` makes of the rows' requests."""
+        """The rows of a chunk of :class:`~taskq.bulk_rows.BulkRows`: row ``i`` is the id
+        whose 128-bit integer is ``ids[i]``, the payload whose JSON text is
+        ``payloads[i]`` and ``tails[i]`` (its template's :meth:`row_tail`). The same bytes
+        :meth:`encode` makes of the rows' requests."""
         row_start = self._row_start
         out: list[bytes] = []
         put = out.append
-        for job_id, document, tail in zip(ids, documents, tails, strict=True):
-            raw = to_json(document)
+        for job_id, raw, tail in zip(ids, payloads, tails, strict=True):
             put(row_start)
-            put(job_id.bytes)
+            put(job_id.to_bytes(16, "big"))
             put(_JSONB_START(len(raw) + 1, 1))
             put(raw)
             put(tail)
