@@ -29,6 +29,7 @@ from taskq.db.engine import transaction
 from taskq.db.queries import worker as wq
 from taskq.worker.dispatch import Dispatcher
 from taskq.worker.resources import Limits, SlotHold
+from taskq.worker.shutdown import pause
 
 __all__ = ["Heartbeat"]
 
@@ -105,8 +106,11 @@ class Heartbeat:
             return []
         return self._limits.held_slots(ids)
 
-    async def run(self) -> None:
-        """Beat forever (until cancelled); isolate when the store is gone past the lease."""
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Beat until ``stop`` is set (or cancelled); isolate when the store is gone past
+        the lease. ``stop`` ends the loop between two beats, never inside one (see
+        :mod:`taskq.worker.shutdown`)."""
+        stop = stop if stop is not None else asyncio.Event()
         while True:
             try:
                 await self.beat()
@@ -117,7 +121,8 @@ class Heartbeat:
                 _log.warning("worker-heartbeat-failed", error=str(exc), silent_s=round(silent, 3))
                 if silent > self._lease and not self.isolated:
                     await self.isolate_self()
-            await asyncio.sleep(self._interval)
+            if not await pause(stop, self._interval):
+                return
 
     async def isolate_self(self) -> None:
         """Stop every local attempt: the store has been unreachable for longer than the lease.

@@ -25,6 +25,7 @@ from taskq.db.dialect import traits
 from taskq.db.engine import transaction
 from taskq.db.queries import dispatch as dq
 from taskq.db.queries import worker as wq
+from taskq.worker.shutdown import pause
 from taskq.worker.state import Outcome
 
 __all__ = ["Completer", "run_hook"]
@@ -92,6 +93,7 @@ class Completer:
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
+        self._stop = asyncio.Event()
         self._hooks: set[asyncio.Task[None]] = set()
         self._record = dq.record_attempts(self._dialect)
         self._finish = dq.finish_jobs(self._dialect)
@@ -116,10 +118,16 @@ class Completer:
         """Return once every submitted outcome is committed (or dropped)."""
         await self._idle.wait()
 
+    def stop(self) -> None:
+        """Make :meth:`run` return after the write in flight, if any (shutdown, after
+        :meth:`drained`); never mid-write (see :mod:`taskq.worker.shutdown`)."""
+        self._stop.set()
+        self._wake.set()
+
     async def run(self) -> None:
-        """Flush forever (until cancelled)."""
+        """Flush until :meth:`stop` (or cancelled)."""
         backoff = 0.05
-        while True:
+        while not self._stop.is_set():
             if not self._buffer:
                 self._idle.set()
                 self._wake.clear()
@@ -131,7 +139,7 @@ class Completer:
             except (DBAPIError, SQLAlchemyError, OSError) as exc:
                 _log.warning("worker-complete-failed", error=str(exc), batch=len(batch))
                 self._drop_stale()
-                await asyncio.sleep(backoff)
+                await pause(self._stop, backoff)
                 backoff = min(backoff * 2, 2.0)
                 continue
             backoff = 0.05

@@ -46,7 +46,7 @@ from taskq.worker.leader import LeaderLease
 from taskq.worker.notify import Listener
 from taskq.worker.progress import Progress
 from taskq.worker.resources import Dependencies, Limits, resolve_rate_limit_registry
-from taskq.worker.shutdown import WATCHDOG_TAIL_S, Phase, ShutdownState, Watchdog
+from taskq.worker.shutdown import WATCHDOG_TAIL_S, Phase, ShutdownState, Watchdog, pause
 from taskq.worker.state import Outcome, RunningJob
 from taskq.worker.subjobs import AutonomousCounter, SubJobs
 from taskq.worker.sweep import Sweeper
@@ -59,6 +59,8 @@ __all__ = ["Worker", "configure_logging", "resolve_actors", "worker_main"]
 
 _log = structlog.get_logger("taskq.worker")
 _CANCEL_POLL_S = 0.5
+_LOOP_STOP_MIN_S = 1.0
+"""The least time the teardown gives the background loops to end their round."""
 
 
 def resolve_actors(
@@ -132,6 +134,9 @@ class Worker:
         )
         self._changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._loops: list[asyncio.Task[None]] = []
+        """The background loops that return on ``_stopping`` (all but the listener)."""
+        self._stopping = asyncio.Event()
         self._log = _log.bind(worker_id=str(self.worker_id))
         self.wake = asyncio.Event()
         s = settings
@@ -289,18 +294,21 @@ class Worker:
 
     # -- loops ----------------------------------------------------------------------
 
+    # Each loop returns at its pause once ``_stopping`` is set, never inside a round (see
+    # :mod:`.shutdown` for what cancelling one inside its transaction does on SQLite).
+
     async def _cancel_loop(self) -> None:
         while True:
             try:
                 await self.canceller.poll(self.dispatcher.running)
             except (DBAPIError, SQLAlchemyError, OSError) as exc:
                 self._log.warning("worker-cancel-poll-failed", error=str(exc))
-            await asyncio.sleep(_CANCEL_POLL_S)
+            if not await pause(self._stopping, _CANCEL_POLL_S):
+                return
 
     async def _sweep_loop(self) -> None:
         interval = self.settings.sweep_interval.total_seconds()
-        while True:
-            await asyncio.sleep(interval)
+        while await pause(self._stopping, interval):
             self.limits.evict_idle()
             if not self.leader.is_leader:
                 publish_queue_depth(self, None)
@@ -314,14 +322,17 @@ class Worker:
 
     async def _progress_loop(self) -> None:
         interval = self.settings.progress_flush_interval.total_seconds()
-        while True:
-            await asyncio.sleep(interval)
+        while await pause(self._stopping, interval):
             await self.progress.flush(list(self.dispatcher.running.values()))
 
-    def _spawn(self, coro: Awaitable[None], name: str) -> None:
+    def _spawn(self, coro: Awaitable[None], name: str, *, stoppable: bool = True) -> None:
+        """Run a background loop; ``stoppable``: it returns on ``_stopping`` (else it is
+        cancelled at the teardown: the listener, which holds no transaction)."""
         task = asyncio.ensure_future(coro)
         task.set_name(name)
         self._tasks.append(task)
+        if stoppable:
+            self._loops.append(task)
 
     # -- life cycle -----------------------------------------------------------------
 
@@ -343,9 +354,9 @@ class Worker:
             listener = Listener(
                 async_url(url), self.settings.schema_name, self.settings.queues, self.wake
             )
-            self._spawn(listener.run(), "listen")
+            self._spawn(listener.run(), "listen", stoppable=False)
         self._spawn(self.dispatcher.completer.run(), "complete")
-        self._spawn(self.heartbeat.run(), "heartbeat")
+        self._spawn(self.heartbeat.run(self._stopping), "heartbeat")
         self._spawn(self._cancel_loop(), "cancel")
         self._spawn(self._sweep_loop(), "sweep")
         self._spawn(self._progress_loop(), "progress")
@@ -444,10 +455,31 @@ class Worker:
             if d.held:
                 await asyncio.sleep(0.05)
 
-    async def _teardown(self) -> None:
+    async def _stop_loops(self) -> None:
+        """End the background loops between two rounds; cancel what is left at the deadline.
+
+        A loop is never cancelled inside its round when it can be helped: on SQLite a
+        task cancelled while its statement runs leaves the write lock held by a closed
+        connection, and the writes below would queue behind it for the busy timeout
+        (see :mod:`.shutdown`). A round normally ends in milliseconds; one still busy
+        when the termination grace runs out (at least ``_LOOP_STOP_MIN_S``) is cancelled.
+        """
+        self._stopping.set()
+        self.dispatcher.completer.stop()
         for task in self._tasks:
-            task.cancel()
+            if task not in self._loops:
+                task.cancel()
+        started = self.state.started_mono or time.monotonic()
+        left = started + self.settings.termination_grace_period.total_seconds() - time.monotonic()
+        if self._loops:
+            _, busy = await asyncio.wait(self._loops, timeout=max(_LOOP_STOP_MIN_S, left))
+            for task in busy:
+                self._log.warning("worker-loop-cancelled", loop=task.get_name())
+                task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _teardown(self) -> None:
+        await self._stop_loops()
         with contextlib.suppress(DBAPIError, SQLAlchemyError, OSError):
             await self.leader.release()
             if self._registered:

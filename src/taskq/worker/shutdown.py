@@ -11,6 +11,18 @@ On SIGTERM/SIGINT the worker stops claiming and walks the phases:
   grace plus the watchdog tail (capped by ``lock_lease``), then brought forward the
   moment the thread exits.
 
+Then the teardown stops the background loops (heartbeat, completer, cancel poll, sweep,
+progress flush) between two rounds, never inside one: once the stop event is set each
+returns at its next :func:`pause` (the completer after its write in flight), so a
+round's transaction always ends on its own. Cancelling the task instead is not safe on
+SQLite: a task cancelled while aiosqlite runs a row-returning statement (the leader
+renewal's ``INSERT ... RETURNING``, the sweep's ``SELECT``) inside ``BEGIN IMMEDIATE``
+gets its connection closed with that statement unfinished, and ``sqlite3`` keeps the
+closed connection, its transaction and the write lock alive until the garbage collector
+frees the cursor; the leader release and the ``stopped`` write that follow then wait
+for the write lock for the whole busy timeout (30 s). A loop still busy when the
+termination grace runs out is cancelled all the same, so the shutdown stays bounded.
+
 A second signal skips to the next phase. The watchdog thread calls ``os._exit`` when
 the process outlives ``termination_grace_period`` plus the tail (reason
 ``tracked-actor-outlived-teardown`` when an actor thread is what kept it alive).
@@ -19,6 +31,7 @@ the process outlives ``termination_grace_period`` plus the tail (reason
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import os
 import sys
@@ -29,7 +42,7 @@ from typing import Final
 
 import structlog
 
-__all__ = ["WATCHDOG_TAIL_S", "Phase", "ShutdownState", "Watchdog"]
+__all__ = ["WATCHDOG_TAIL_S", "Phase", "ShutdownState", "Watchdog", "pause"]
 
 WATCHDOG_TAIL_S: Final = 5.0
 """Seconds the watchdog waits beyond ``termination_grace_period`` before ``os._exit``."""
@@ -99,6 +112,19 @@ class ShutdownState:
             finally:
                 for w in waiters:
                     w.cancel()
+
+
+async def pause(stop: asyncio.Event, seconds: float) -> bool:
+    """Wait ``seconds`` between two rounds of a background loop, or until ``stop`` is set.
+
+    Returns ``False`` once ``stop`` is set: the loop then returns instead of starting
+    another round (see the module docstring).
+    """
+    if not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await stop.wait()
+    return not stop.is_set()
 
 
 class Watchdog:
