@@ -16,6 +16,7 @@ from taskq.exceptions import (
     Snooze,
     TaskQError,
 )
+from taskq.handle import JobHandles
 from taskq.retry import RetryOverride, RetryPolicy
 
 __version__ = "0.1.0"
@@ -27,6 +28,7 @@ __all__ = [
     "JobContext",
     "JobFailedError",
     "JobHandle",
+    "JobHandles",
     "JobsClient",
     "MaxPendingExceededError",
     "PayloadValidationError",

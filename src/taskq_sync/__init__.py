@@ -20,6 +20,7 @@ from taskq.exceptions import (
 )
 from taskq.retry import RetryOverride, RetryPolicy
 from taskq_sync.client import EnqueueArgs, JobHandle, JobsClient, TaskQ
+from taskq_sync.handle import JobHandles
 
 __version__ = "0.1.0"
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "JobContext",
     "JobFailedError",
     "JobHandle",
+    "JobHandles",
     "JobsClient",
     "MaxPendingExceededError",
     "PayloadValidationError",
