@@ -22,6 +22,7 @@ from typing import Any, Generic, TypeVar, cast, get_args, get_origin, overload
 
 import structlog
 from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic_core import to_json
 
 from taskq._acompat import ato_thread
 from taskq.constants import (
@@ -37,6 +38,7 @@ from taskq.constants import (
 from taskq.context import JobContext
 from taskq.exceptions import PayloadValidationError
 from taskq.retry import OnCancel, OnRetryExhausted, OnSuccess, RetryClassifierHook, RetryPolicy
+from taskq.storable_json import describe, first_unstorable, unstorable_error
 
 __all__ = [
     "ActorRef",
@@ -125,14 +127,41 @@ class ActorRef(Generic[P, R]):
             raise PayloadValidationError(self.name, exc.errors(include_url=False)) from exc
 
     def dump_payload(self, payload: object) -> dict[str, Any]:
-        """Validate and serialise a payload to the JSON document stored on the job row."""
-        return self.validate_payload(payload).model_dump(mode="json")
+        """Validate and serialise a payload to the JSON document stored on the job row.
+
+        ``PayloadValidationError`` (type ``finite_number`` or ``string_nul``) for an
+        infinite or NaN float, or a NUL character, anywhere in it: not every engine can
+        store those (:mod:`taskq.storable_json`).
+        """
+        document = self.validate_payload(payload).model_dump(mode="json")
+        error = unstorable_error(document)
+        if error is not None:
+            raise PayloadValidationError(self.name, [error])
+        return document
 
     def dump_payloads(self, payloads: Sequence[P]) -> list[dict[str, Any]]:
         """:meth:`dump_payload` of every item of ``payloads``, which are all instances of
         exactly the payload model (so nothing needs validating): one call into
         pydantic-core for the list instead of one ``model_dump`` each (a fifth of the
-        cost; ``enqueue_many`` uses it)."""
+        cost). Checked for unstorable values as :meth:`dump_payload` is."""
+        documents = self._dump_list(payloads)
+        found = first_unstorable(documents)
+        if found is not None:
+            raise PayloadValidationError(self.name, [found[1]])
+        return documents
+
+    def dump_payloads_json(self, payloads: Sequence[P]) -> list[bytes]:
+        """:meth:`dump_payloads` as the JSON text of each document (what a row stores, the
+        bytes ``pydantic_core.to_json`` makes of it), for ``enqueue_many``'s bulk batches:
+        the texts are made once and the storable check searches them."""
+        documents = self._dump_list(payloads)
+        raws = list(map(to_json, documents))
+        found = first_unstorable(documents, raws)
+        if found is not None:
+            raise PayloadValidationError(self.name, [found[1]])
+        return raws
+
+    def _dump_list(self, payloads: Sequence[P]) -> list[dict[str, Any]]:
         dumped: list[dict[str, Any]] = self._payload_list_adapter.dump_python(
             list(payloads), mode="json"
         )
@@ -145,8 +174,19 @@ class ActorRef(Generic[P, R]):
         return adapter
 
     def dump_result(self, result: R) -> Any:
-        """Serialise a handler's return value for ``jobs.result`` (JSON)."""
-        return self.result_adapter.dump_python(result, mode="json")
+        """Serialise a handler's return value for ``jobs.result`` (JSON).
+
+        ``ValueError`` for an infinite or NaN float, or a NUL character, anywhere in it
+        (:mod:`taskq.storable_json`): the attempt fails with that error, as if the handler
+        had raised it, instead of the result's write being refused by Postgres.
+        """
+        document = self.result_adapter.dump_python(result, mode="json")
+        error = unstorable_error(document)
+        if error is not None:
+            raise ValueError(
+                f"actor {self.name!r} returned a result that cannot be stored: " + describe(error)
+            )
+        return document
 
     def load_result(self, raw: Any) -> R:
         """Rebuild the typed result from the stored JSON (``JobHandle.wait`` uses this)."""

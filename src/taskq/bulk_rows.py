@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from typing import Any, overload
 from uuid import UUID
 
-from pydantic_core import from_json, to_json
+from pydantic_core import from_json
 
 from taskq._ids import new_uuid_ints, uuid_from_int
 from taskq.records import (
@@ -38,8 +38,9 @@ from taskq.records import (
 
 __all__ = ["BulkOutcomes", "BulkRecords", "BulkRows", "DumpPayloads"]
 
-DumpPayloads = Callable[[Sequence[Any]], list[dict[str, Any]]]
-"""An actor's :meth:`~taskq.actor.ActorRef.dump_payloads`: the JSON documents of models."""
+DumpPayloads = Callable[[Sequence[Any]], list[bytes]]
+"""An actor's :meth:`~taskq.actor.ActorRef.dump_payloads_json`: the JSON text of each
+model's document."""
 
 
 class BulkRows:
@@ -104,10 +105,9 @@ class BulkRows:
         if stop <= begin:
             return
         if self.which is None or len(self.templates) == 1:
-            documents = self._dumps[0](self._models[begin:stop])
+            self.payloads += self._dumps[0](self._models[begin:stop])
         else:
-            documents = self._dump_grouped(begin, stop)
-        self.payloads += map(to_json, documents)
+            self.payloads += self._dump_grouped(begin, stop)
         self.ids += new_uuid_ints(stop - begin)
         if stop == self.size:  # every row is made: let the caller's models go
             self._models = ()
@@ -117,11 +117,11 @@ class BulkRows:
         self.make(stop)
         return self.payloads[start:stop]
 
-    def _dump_grouped(self, begin: int, stop: int) -> list[dict[str, Any]]:
+    def _dump_grouped(self, begin: int, stop: int) -> list[bytes]:
         groups: dict[int, list[int]] = {}
         for row, template in enumerate(self.template_indexes(begin, stop), begin):
             groups.setdefault(template, []).append(row)
-        out: list[dict[str, Any]] = [{}] * (stop - begin)
+        out: list[bytes] = [b""] * (stop - begin)
         for template, rows in groups.items():
             dumped = self._dumps[template]([self._models[row] for row in rows])
             for row, document in zip(rows, dumped, strict=True):

@@ -292,7 +292,7 @@ class _Items:
         if len(actors) > 1:
             index = {id(ref): i for i, ref in enumerate(actors)}
             which = [index[id(ref)] for ref in self.refs]
-        dumps = [ref.dump_payloads for ref in actors]
+        dumps = [ref.dump_payloads_json for ref in actors]
         return BulkRows(models, templates, dumps, which)
 
     def _template(self, ref: ActorRef[Any, Any]) -> EnqueueRequest:

@@ -17,6 +17,8 @@ from uuid import UUID
 
 import structlog
 
+from taskq.storable_json import describe, unstorable_error
+
 __all__ = ["JobContext", "ProgressSink", "SubJobEnqueuer"]
 
 P = TypeVar("P")
@@ -90,9 +92,11 @@ class JobContext(Generic[P]):
     ) -> None:
         """Report progress; fields left ``None`` keep their previous value (last writer wins).
 
-        Validates here (``percent`` in ``[0, 100]``, ``data`` JSON with ``str`` keys) so a
-        bad call fails in the actor, then hands the update to the worker's sink. Without a
-        sink (direct invocation, no Redis) it validates and returns.
+        Validates here (``percent`` in ``[0, 100]``, ``data`` JSON with ``str`` keys, no
+        infinite or NaN float and no NUL character in ``detail`` or ``data``, which not
+        every engine can store: :mod:`taskq.storable_json`) so a bad call fails in the
+        actor, then hands the update to the worker's sink. Without a sink (direct
+        invocation, no Redis) it validates and returns.
         """
         if percent is not None and not (math.isfinite(percent) and 0.0 <= percent <= 100.0):
             raise ValueError(f"progress percent must be in [0.0, 100.0], got {percent}")
@@ -100,6 +104,10 @@ class JobContext(Generic[P]):
             raise TypeError("progress step must be an int")
         if data is not None:
             _check_json(data)
+        if data is not None or detail is not None:
+            error = unstorable_error({"detail": detail, "data": data})
+            if error is not None:
+                raise ValueError("progress cannot be stored: " + describe(error))
         if self.progress_sink is not None:
             await self.progress_sink(step=step, percent=percent, detail=detail, data=data)
 

@@ -24,6 +24,7 @@ from taskq.constants import (
     TERMINAL_STATUSES,
     validate_queue_name,
 )
+from taskq.storable_json import describe, unstorable_error
 
 if TYPE_CHECKING:
     from taskq.actor import ActorRef
@@ -350,6 +351,8 @@ def _key(value: object, what: str) -> str | None:
         raise TypeError(f"{what} must be a str, got {type(value).__name__}")
     if not value or len(value) > MAX_NAME_LENGTH:
         raise ValueError(f"{what} must be 1..{MAX_NAME_LENGTH} characters, got {len(value)}")
+    if "\x00" in value:  # a Postgres text column cannot hold it; SQLite would
+        raise ValueError(f"{what} must not contain a NUL character")
     return value
 
 
@@ -443,6 +446,9 @@ def build_request(
             json.dumps(meta, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise TypeError(f"metadata must be JSON-serialisable: {exc}") from exc
+        unstorable = unstorable_error(meta)
+        if unstorable is not None:
+            raise ValueError("metadata cannot be stored: " + describe(unstorable))
     policy = ref.retry
     max_attempts = (
         policy.max_attempts

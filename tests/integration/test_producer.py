@@ -21,7 +21,7 @@ from taskq.exceptions import (
     WaitTimeout,
 )
 from taskq.records import EnqueueArgs
-from tests.support.producer import Env
+from tests.support.producer import Env, first_error
 
 
 class Item(BaseModel):
@@ -92,6 +92,17 @@ class Tagged(BaseModel):
 
 class MoreItem(Item):
     extra: str = "dropped"
+
+
+class Measured(BaseModel):
+    x: float
+    values: list[float] = []
+    label: str = ""
+    extra: dict[str, Any] = {}
+
+
+@actor(name="prod_measured")
+async def measured(payload: Measured) -> None: ...
 
 
 @actor(name="prod_other", queue="other")
@@ -501,6 +512,19 @@ async def test_enqueue_many_is_all_or_nothing(producer_env: Env) -> None:
             ("prod_plain", {"n": 1}), {"metadata": {"when": object()}}, TypeError, id="metadata"
         ),
         pytest.param(("prod_plain", {"n": 1}), {"queue": "a:b"}, ValueError, id="queue"),
+        pytest.param(
+            ("prod_plain", {"n": 1}), {"metadata": {"v": float("nan")}}, TypeError, id="meta-nan"
+        ),
+        pytest.param(
+            ("prod_plain", {"n": 1}), {"metadata": {"v": "a\x00"}}, ValueError, id="meta-nul"
+        ),
+        pytest.param(
+            ("prod_plain", {"n": 1}), {"identity_key": "k\x00"}, ValueError, id="identity-nul"
+        ),
+        pytest.param(
+            ("prod_plain", {"n": 1}), {"idempotency_key": "\x00"}, ValueError, id="idem-nul"
+        ),
+        pytest.param(("prod_plain", {"n": 1}), {"tags": ["ok", "t\x00"]}, ValueError, id="tag-nul"),
     ],
 )
 async def test_bad_input_is_rejected_and_nothing_written(
@@ -547,3 +571,59 @@ async def test_concurrent_max_pending_enqueues_stop_at_the_cap(producer_env: Env
     assert len(errors) == 100
     assert all(isinstance(e, MaxPendingExceededError) for e in errors)
     assert await env.count("prod_hundred", ("pending",)) == 100
+
+
+_INF, _NAN = float("inf"), float("nan")
+
+
+@pytest.mark.parametrize(
+    ("payload", "kind", "loc"),
+    [
+        pytest.param(Measured(x=_INF), "finite_number", ("x",), id="inf"),
+        pytest.param(Measured(x=1.0, values=[0.5, _NAN]), "finite_number", ("values", 1), id="nan"),
+        pytest.param({"x": "-Infinity"}, "finite_number", ("x",), id="parsed-from-a-string"),
+        pytest.param(Measured(x=1.0, label="a\x00b"), "string_nul", ("label",), id="nul"),
+        pytest.param(
+            Measured(x=1.0, extra={"k\x00": 1}), "string_nul", ("extra", "k\x00"), id="key"
+        ),
+    ],
+)
+async def test_an_unstorable_payload_is_rejected_and_nothing_written(
+    producer_env: Env, payload: Any, kind: str, loc: tuple[Any, ...]
+) -> None:
+    """An infinite or NaN float, or a NUL character, passes pydantic but not every
+    engine's JSON: every store refuses it before writing, saying where it is, for one
+    enqueue, a batch that takes the per-request path and one held column by column."""
+    env = producer_env
+    with pytest.raises(PayloadValidationError) as caught:
+        await env.enqueue(measured, payload)
+    assert (caught.value.actor, first_error(caught.value)["type"]) == ("prod_measured", kind)
+    assert first_error(caught.value)["loc"] == loc
+    mixed: list[Any] = [(measured, {"x": 1.0}), (measured, payload), (plain, Item(n=1))]
+    with pytest.raises(PayloadValidationError):
+        await env.call(env.client.enqueue_many, mixed)
+    if isinstance(payload, Measured):
+        bulk = [(measured, Measured(x=i)) for i in range(300)]
+        bulk[280] = (measured, payload)
+        with pytest.raises(PayloadValidationError) as caught:
+            await env.call(env.client.enqueue_many, bulk)
+        assert first_error(caught.value)["loc"] == loc
+    assert await env.count("prod_measured") == 0
+    assert await env.count("prod_plain") == 0
+
+
+async def test_the_words_infinity_and_nan_in_strings_are_stored_as_they_are(
+    producer_env: Env,
+) -> None:
+    """The check's quick search finds the letters inside strings too; those are kept."""
+    env = producer_env
+    label = 'NaN, -Infinity and "Infinity" \\u0000'
+    handle = await env.enqueue(measured, Measured(x=2.5, label=label, extra={"NaN": [1.5]}))
+    record = await env.call(handle.refresh)
+    assert record.payload == {"x": 2.5, "values": [], "label": label, "extra": {"NaN": [1.5]}}
+    handles = await env.call(
+        env.client.enqueue_many, [(measured, Measured(x=i, label=label)) for i in range(300)]
+    )
+    last = await env.call(handles[-1].refresh)
+    assert last.payload["label"] == label
+    assert await env.count("prod_measured") == 301

@@ -327,3 +327,10 @@ async def test_progress_validates_and_forwards() -> None:
         await ctx.progress(data={1: "x"})  # type: ignore[dict-item]
     with pytest.raises(ValueError, match="percent"):
         await ctx.progress(percent=101.0)
+    with pytest.raises(ValueError, match=r"progress cannot be stored: inf at data\.k\.1"):
+        await ctx.progress(data={"k": [1, float("inf")]})
+    with pytest.raises(ValueError, match=r"progress cannot be stored: .* at detail: .*NUL"):
+        await ctx.progress(detail="a\x00b")
+    assert len(seen) == 1  # nothing refused reached the sink
+    await ctx.progress(detail="NaN and Infinity are words here")
+    assert seen[-1]["detail"] == "NaN and Infinity are words here"

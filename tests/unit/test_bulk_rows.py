@@ -42,15 +42,15 @@ async def bulk_b(payload: Doc) -> Doc:
 
 
 class Dumps:
-    """An actor's ``dump_payloads`` that records how many models each call dumped."""
+    """An actor's ``dump_payloads_json`` that records how many models each call dumped."""
 
     def __init__(self, ref: Any) -> None:
         self.ref = ref
         self.calls: list[int] = []
 
-    def __call__(self, models: Any) -> list[dict[str, Any]]:
+    def __call__(self, models: Any) -> list[bytes]:
         self.calls.append(len(models))
-        dumped: list[dict[str, Any]] = self.ref.dump_payloads(models)
+        dumped: list[bytes] = self.ref.dump_payloads_json(models)
         return dumped
 
 
@@ -114,18 +114,18 @@ def test_counts_per_actor_and_queue() -> None:
 def test_rows_need_one_template_index_per_model() -> None:
     template = [request_template(bulk_a)]
     with pytest.raises(ValueError, match="one template index"):
-        BulkRows([Doc(n=1)], template, [bulk_a.dump_payloads], which=[0, 0])
+        BulkRows([Doc(n=1)], template, [bulk_a.dump_payloads_json], which=[0, 0])
 
 
 def test_a_failing_dump_keeps_the_documents_before_it() -> None:
     calls = 0
 
-    def dump(models: Any) -> list[dict[str, Any]]:
+    def dump(models: Any) -> list[bytes]:
         nonlocal calls
         calls += 1
         if calls == 2:
             raise RuntimeError("cannot serialise")
-        dumped: list[dict[str, Any]] = bulk_a.dump_payloads(models)
+        dumped: list[bytes] = bulk_a.dump_payloads_json(models)
         return dumped
 
     models = [Doc(n=i) for i in range(6)]
@@ -157,7 +157,7 @@ def test_bulk_encoding_is_the_per_request_encoding() -> None:
 def test_a_template_with_a_trace_context_encodes_it_in_every_row() -> None:
     template = request_template(bulk_a)
     template.trace_context = {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}
-    rows = BulkRows([Doc(n=1), Doc(n=2)], [template], [bulk_a.dump_payloads])
+    rows = BulkRows([Doc(n=1), Doc(n=2)], [template], [bulk_a.dump_payloads_json])
     encoder = q.CopyEncoder(NOW)
     tail = encoder.row_tail(template)
     payloads = rows.payloads_json(0, 2)

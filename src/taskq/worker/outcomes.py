@@ -6,6 +6,15 @@ previous one was in flight: an executemany of fenced ``job_attempts`` inserts an
 fenced ``jobs`` updates. A write whose fence no longer holds (the lease was swept and the
 row moved on) changes nothing. A failed flush is retried with backoff; an outcome older
 than the lock lease is dropped, because the sweep has (or will have) reclaimed its row.
+
+A flush the server refuses for a value in it (a data or integrity error, not a lost
+connection) is split in halves, each written on its own, down to the outcome it refused:
+one bad outcome never holds back the others. That outcome is written again without what
+the server refused (its result, its texts, the job's last progress), a success becoming a
+failure with ``error_class`` ``OutcomeNotStorable``; if even that is refused it is dropped
+as a stale one is (the sweep reclaims the row). Results, progress and texts are made
+storable before they get here (:mod:`taskq.storable_json`), so this is the backstop for
+what nobody foresaw, a constraint an operator added, say.
 """
 
 from __future__ import annotations
@@ -18,20 +27,25 @@ from typing import Any
 from uuid import UUID
 
 import structlog
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from taskq.db.dialect import traits
 from taskq.db.engine import transaction
 from taskq.db.queries import dispatch as dq
 from taskq.db.queries import worker as wq
+from taskq.storable_json import storable_text
 from taskq.worker.shutdown import pause
 from taskq.worker.state import Outcome
 
-__all__ = ["Completer", "run_hook"]
+__all__ = ["NOT_STORABLE", "Completer", "run_hook"]
 
 _log = structlog.get_logger("taskq.worker")
 _MAX_BATCH = 1000
+_REFUSED = (DataError, IntegrityError)
+"""What the server raises for a value it will not store (the connection is fine)."""
+NOT_STORABLE = "OutcomeNotStorable"
+"""The ``error_class`` of a success whose outcome the database refused."""
 
 
 async def run_hook(name: str, fn: Callable[..., Any], limit_s: float, *args: Any) -> None:
@@ -134,8 +148,9 @@ class Completer:
                 await self._wake.wait()
                 continue
             batch = self._buffer[:_MAX_BATCH]
+            dropped: list[Outcome] = []
             try:
-                await self._write(batch)
+                await self._write_isolating(batch, dropped)
             except (DBAPIError, SQLAlchemyError, OSError) as exc:
                 _log.warning("worker-complete-failed", error=str(exc), batch=len(batch))
                 self._drop_stale()
@@ -145,7 +160,60 @@ class Completer:
             backoff = 0.05
             del self._buffer[: len(batch)]
             for outcome in batch:
-                self._after_commit(outcome)
+                if any(outcome is gone for gone in dropped):
+                    self._on_written(outcome)
+                else:
+                    self._after_commit(outcome)
+
+    async def _write_isolating(self, batch: list[Outcome], dropped: list[Outcome]) -> None:
+        """:meth:`_write` ``batch``; if the server refuses a value in it, write each half
+        on its own, down to the refused outcome, which is written without what was refused
+        (:meth:`_write_refused`) or, refused again, added to ``dropped``.
+
+        Any other error is raised, and the caller retries the whole batch: the parts
+        already committed are fenced no-ops the second time.
+        """
+        try:
+            await self._write(batch)
+        except _REFUSED as exc:
+            if len(batch) > 1:
+                half = len(batch) // 2
+                await self._write_isolating(batch[:half], dropped)
+                await self._write_isolating(batch[half:], dropped)
+            else:
+                await self._write_refused(batch[0], exc, dropped)
+
+    async def _write_refused(
+        self, outcome: Outcome, exc: DBAPIError, dropped: list[Outcome]
+    ) -> None:
+        job = outcome.job
+        refused = storable_text(str(exc.orig))
+        _log.error(
+            "worker-outcome-refused",
+            job_id=str(job.id),
+            actor=job.ref.name,
+            attempt=job.attempt,
+            outcome=outcome.kind,
+            error=refused,
+        )
+        if outcome.kind == "succeeded":
+            outcome.kind, outcome.attempt_outcome = "failed", "failed"
+            outcome.error_class, outcome.result_value = NOT_STORABLE, None
+        was = f" (the attempt raised {outcome.error_class})" if outcome.error else ""
+        outcome.error = f"the database refused this attempt's outcome: {refused}{was}"
+        outcome.result = outcome.traceback = job.progress = None
+        try:
+            await self._write([outcome])
+        except _REFUSED as again:
+            _log.error(
+                "worker-outcome-dropped",
+                job_id=str(job.id),
+                actor=job.ref.name,
+                attempt=job.attempt,
+                outcome=outcome.kind,
+                error=str(again.orig),
+            )
+            dropped.append(outcome)
 
     def _drop_stale(self) -> None:
         now = time.monotonic()

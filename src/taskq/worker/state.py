@@ -17,6 +17,7 @@ from uuid import UUID
 
 from taskq.actor import ActorRef
 from taskq.context import JobContext
+from taskq.storable_json import storable_text
 
 __all__ = ["CancelReason", "Outcome", "RunningJob"]
 
@@ -158,6 +159,16 @@ class Outcome:
     exception: BaseException | None = None
     seq: int | None = None
     created_mono: float = field(default_factory=time.monotonic)
+
+    def __post_init__(self) -> None:
+        # An exception's text may hold NUL, which a Postgres text column refuses: the
+        # whole batch of outcomes would fail with it (storable_text writes it as \x00).
+        if self.error is not None:
+            self.error = storable_text(self.error)
+        if self.traceback is not None:
+            self.traceback = storable_text(self.traceback)
+        if self.error_class is not None:
+            self.error_class = storable_text(self.error_class)
 
     @property
     def row_status(self) -> str:

@@ -55,6 +55,10 @@ class EchoResult(BaseModel):
     doubled: int
 
 
+class Ratio(BaseModel):
+    ratio: float
+
+
 class Control(BaseModel):
     kind: str
     seconds: float = 0.0
@@ -69,6 +73,12 @@ async def noop(payload: Empty) -> None:
 @actor(name="e2e_echo")
 async def echo(payload: Echo) -> EchoResult:
     return EchoResult(doubled=payload.value * 2)
+
+
+@actor(name="e2e_ratio", retry=RetryPolicy(kind="non_retryable"))
+async def ratio(payload: Echo) -> Ratio:
+    """An infinite float (which JSON cannot hold) when ``value`` is not 0, else 0.5."""
+    return Ratio(ratio=float("inf") if payload.value else 0.5)
 
 
 @actor(name="e2e_record", retry=FAST_RETRY)
@@ -145,6 +155,8 @@ async def control(payload: Control, ctx: JobContext[Control]) -> None:
         raise ValueError("always")
     if payload.kind == "non_retryable":
         raise KeyError("nope")
+    if payload.kind == "nul_message":
+        raise ValueError("a NUL \x00 in the message")
     if payload.kind == "sleep":
         await asyncio.sleep(payload.seconds)
 
@@ -243,6 +255,7 @@ registry: dict[str, Any] = {
     for ref in (
         noop,
         echo,
+        ratio,
         record,
         slow_first,
         fan_out,

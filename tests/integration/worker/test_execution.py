@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
+from structlog.testing import capture_logs
 
 from taskq.backends.sql import SqlBackend
 from taskq.client import JobsClient
@@ -77,3 +78,96 @@ async def test_retry_snooze_and_failure_outcomes(
     attempts = await _attempts(engine, handles["always_fail"].job_id)
     assert all(a.error_class == "ValueError" and "Traceback" in a.traceback for a in attempts)
     assert outcomes["ok"] == ["succeeded"]
+
+
+async def test_a_non_finite_result_fails_its_job_and_no_other(
+    engine: AsyncEngine, engine_url: str | URL
+) -> None:
+    """A handler that returns an infinite float fails its attempt with a ValueError that
+    says why (JSON has no Infinity): its result is never written, so the completer's
+    batch, which holds the other jobs' outcomes too, is not refused by Postgres."""
+    client = JobsClient(SqlBackend(engine))
+    bad = await client.enqueue(basic.ratio, basic.Echo(value=1))
+    fine = await client.enqueue(basic.ratio, basic.Echo(value=0))
+    echoes = [await client.enqueue(basic.echo, basic.Echo(value=i)) for i in range(5)]
+    async with running_worker(worker_settings(engine_url), basic.registry):
+        await wait_until(lambda: _all_done(engine, 7))
+    rows = await _rows(engine)
+    failed = rows[bad.job_id]
+    assert (failed.status, failed.error_class, failed.result) == ("failed", "ValueError", None)
+    assert "returned a result that cannot be stored: inf at ratio" in failed.error
+    assert "no Infinity or NaN" in failed.error
+    assert (rows[fine.job_id].status, rows[fine.job_id].result) == ("succeeded", {"ratio": 0.5})
+    assert [rows[h.job_id].status for h in echoes] == ["succeeded"] * 5
+
+
+_REFUSE_PG = (
+    "ALTER TABLE taskq.jobs ADD CONSTRAINT test_refuse_fourteen "
+    "CHECK (result IS NULL OR result->>'doubled' <> '14')"
+)
+_REFUSE_SQLITE = (
+    "CREATE TRIGGER test_refuse_fourteen BEFORE UPDATE OF result ON jobs "
+    "WHEN json_extract(NEW.result, '$.doubled') = 14 "
+    "BEGIN SELECT RAISE(ABORT, 'a result of 14 is refused'); END"
+)
+
+
+async def test_an_outcome_the_database_refuses_holds_back_no_other(
+    engine: AsyncEngine, engine_url: str | URL
+) -> None:
+    """The server refuses one success's result (an operator's CHECK here): that job is
+    written as failed with ``OutcomeNotStorable`` and the server's reason, and every
+    outcome written in the same flush as it lands as it was. (Before, the flush failed
+    as a whole and was retried until the lock lease ran out: no job of it ended.)"""
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(_REFUSE_PG if engine.dialect.name == "postgresql" else _REFUSE_SQLITE)
+        )
+    client = JobsClient(SqlBackend(engine))
+    handles = [await client.enqueue(basic.echo, basic.Echo(value=i)) for i in range(30)]
+    with capture_logs() as logs:
+        async with running_worker(worker_settings(engine_url), basic.registry):
+            await wait_until(lambda: _all_done(engine, 30))
+    rows = await _rows(engine)
+    refused = rows[handles[7].job_id]
+    assert (refused.status, refused.error_class, refused.result) == (
+        "failed",
+        "OutcomeNotStorable",
+        None,
+    )
+    assert refused.error.startswith("the database refused this attempt's outcome: ")
+    reason = (
+        "test_refuse_fourteen"
+        if engine.dialect.name == "postgresql"
+        else "a result of 14 is refused"
+    )
+    assert reason in refused.error
+    attempts = await _attempts(engine, handles[7].job_id)
+    assert [(a.outcome, a.error_class) for a in attempts] == [("failed", "OutcomeNotStorable")]
+    others = [rows[h.job_id] for i, h in enumerate(handles) if i != 7]
+    assert [(r.status, r.result) for r in others] == [
+        ("succeeded", {"doubled": 2 * i}) for i in range(30) if i != 7
+    ]
+    events = [e for e in logs if e["event"] == "worker-outcome-refused"]
+    assert [e["job_id"] for e in events] == [str(handles[7].job_id)]
+
+
+async def test_an_error_message_with_a_nul_is_stored_with_it_escaped(
+    engine: AsyncEngine, engine_url: str | URL
+) -> None:
+    """A Postgres text column cannot hold NUL: an exception whose message has one is
+    stored with ``\\x00`` in its place (it failed the worker's whole flush before)."""
+    client = JobsClient(SqlBackend(engine))
+    bad = await client.enqueue(basic.control, basic.Control(kind="nul_message"))
+    echoes = [await client.enqueue(basic.echo, basic.Echo(value=i)) for i in range(5)]
+    async with running_worker(worker_settings(engine_url), basic.registry):
+        await wait_until(lambda: _all_done(engine, 6))
+    rows = await _rows(engine)
+    assert (rows[bad.job_id].status, rows[bad.job_id].error) == (
+        "failed",
+        "a NUL \\x00 in the message",
+    )
+    attempts = await _attempts(engine, bad.job_id)
+    assert [a.error for a in attempts] == ["a NUL \\x00 in the message"] * 3
+    assert all("\x00" not in a.traceback for a in attempts)
+    assert [rows[h.job_id].status for h in echoes] == ["succeeded"] * 5
