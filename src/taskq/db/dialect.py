@@ -2,21 +2,26 @@
 
 Everything else in taskq builds the same SQLAlchemy Core statements for both engines.
 Here: URL normalisation, engine options, the SQLite connection setup (WAL, busy timeout,
-``BEGIN IMMEDIATE``), the Postgres idle-connection ping, the store's clock, upserts,
-advisory locks and the translation of "table missing" errors into
-:class:`~taskq.exceptions.SchemaNotReady`.
+``BEGIN IMMEDIATE``, the rollback of a connection the pool closes mid-transaction), the
+Postgres idle-connection ping, the store's clock, upserts, advisory locks and the
+translation of "table missing" errors into :class:`~taskq.exceptions.SchemaNotReady`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
+import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
+import aiosqlite
+import structlog
 from sqlalchemy import Engine, Float, event, func, literal, literal_column, select, text
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL, ExceptionContext, make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
 from sqlalchemy.sql.elements import ColumnElement
@@ -44,6 +49,8 @@ __all__ = [
     "traits",
     "translate_error",
 ]
+
+_log = structlog.get_logger("taskq.db")
 
 READONLY_OPTION: Final = "taskq_readonly"
 """Execution option: on SQLite, begin a deferred (read) transaction instead of IMMEDIATE."""
@@ -179,6 +186,9 @@ def install_sqlite_hooks(engine: Engine, busy_timeout_ms: int) -> None:
     event can issue ``BEGIN IMMEDIATE``: the write lock is taken at the start of the
     transaction, so two writers never deadlock upgrading a read lock. Connections marked
     with the :data:`READONLY_OPTION` execution option begin a deferred transaction.
+
+    A connection the pool closes in the middle of a transaction gives the write lock back
+    at once (:func:`_install_sqlite_release`).
     """
 
     @event.listens_for(engine, "connect")
@@ -195,6 +205,121 @@ def install_sqlite_hooks(engine: Engine, busy_timeout_ms: int) -> None:
     def _on_begin(conn: Any) -> None:
         readonly = conn.get_execution_options().get(READONLY_OPTION, False)
         conn.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
+
+    _install_sqlite_release(engine)
+
+
+def _install_sqlite_release(engine: Engine) -> None:
+    """Roll back, before the pool closes it, a SQLite connection still in a transaction.
+
+    Why: a task cancelled while aiosqlite runs one of its statements (a caller's
+    ``asyncio.timeout`` around an enqueue, the worker cancelling a job that awaits a
+    SQL rate limit) makes SQLAlchemy invalidate the connection and close it, without
+    closing the statement's cursor (it treats the cancellation as a disconnect). A
+    row-returning statement (``INSERT ... RETURNING``, a ``SELECT``) is then left with
+    its rows unread: the adapter's execute ran, its fetch never did. Since Python 3.11,
+    ``sqlite3``'s ``close()`` does not finalise such a statement; the connection stays
+    open behind it (``sqlite3_close_v2``'s "zombie") and SQLite ends its transaction
+    only when it really closes, when the garbage collector frees the cursor. Until then
+    the ``BEGIN IMMEDIATE`` transaction kept the database's write lock, and every other
+    writer waited out the busy timeout (30 s) or failed with "database is locked". The
+    same close of a connection with a result left unread (``Connection.invalidate()``)
+    did the same on the blocking engine.
+
+    What: on such an exit exception (``CancelledError``, ``KeyboardInterrupt``), the
+    statement's cursor is closed (``handle_error``); whenever the pool closes a
+    connection (``close``, ``close_detached``: invalidation, termination, recycling,
+    disposal, garbage collection), its open transaction is rolled back first. On aiosqlite
+    both run on the connection's own thread, queued ahead of the close SQLAlchemy queues
+    there next, so they wait for a statement still running rather than racing it, and
+    the event loop never waits for them. Nothing here raises: a failure is logged, and
+    the close goes on as before.
+    """
+
+    @event.listens_for(engine, "handle_error")
+    def _on_error(context: ExceptionContext) -> None:
+        if isinstance(context.original_exception, Exception):
+            return  # an ordinary error: SQLAlchemy closes the cursor itself
+        # Not context.cursor: SQLAlchemy 2.1.9 never sets that slot (reading it raises).
+        _close_cursor(getattr(context.execution_context, "cursor", None))
+
+    @event.listens_for(engine, "close")
+    def _on_close(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
+        _roll_back_before_close(dbapi_connection)
+
+    @event.listens_for(engine, "close_detached")
+    def _on_close_detached(dbapi_connection: Any) -> None:
+        _roll_back_before_close(dbapi_connection)
+
+
+def _close_cursor(cursor: Any) -> None:
+    """Close the driver cursor of a statement an exit exception abandoned.
+
+    pysqlite's cursor is closed here (the exception was raised on its thread, after the
+    statement returned); aiosqlite's on the connection's thread (the statement may still
+    be running there). Closed, it no longer keeps a closed connection alive.
+    """
+    try:
+        if isinstance(cursor, sqlite3.Cursor):
+            cursor.close()
+            return
+        driver_cursor = getattr(cursor, "_cursor", None)  # SQLAlchemy's aiosqlite adapter
+        if isinstance(driver_cursor, aiosqlite.Cursor):
+            _on_driver_thread(driver_cursor._conn, driver_cursor._cursor.close)
+    except Exception as exc:  # never replace the exit exception in flight
+        _log.warning("sqlite-cursor-close-failed", error=repr(exc))
+
+
+def _roll_back_before_close(dbapi_connection: Any) -> None:
+    """Roll back the transaction of a SQLite connection the pool is about to close.
+
+    pysqlite: here. aiosqlite: on the connection's thread, ahead of the close.
+    """
+    try:
+        driver = getattr(dbapi_connection, "driver_connection", dbapi_connection)
+        if isinstance(driver, sqlite3.Connection):
+            _roll_back(driver)
+        elif isinstance(driver, aiosqlite.Connection):
+
+            def roll_back_on_thread() -> None:
+                connection = driver._connection
+                if connection is not None:  # not closed in the meantime
+                    _roll_back(connection)
+
+            _on_driver_thread(driver, roll_back_on_thread)
+    except Exception as exc:  # the close must go on whatever happens here
+        _log.warning("sqlite-rollback-before-close-failed", error=repr(exc))
+
+
+def _roll_back(connection: sqlite3.Connection) -> None:
+    """End ``connection``'s transaction, if it has one; log (never raise) a failure."""
+    try:
+        if connection.in_transaction:
+            connection.rollback()
+    except Exception as exc:
+        _log.warning("sqlite-rollback-before-close-failed", error=repr(exc))
+
+
+def _on_driver_thread(driver: aiosqlite.Connection, call: Callable[[], object]) -> None:
+    """Queue ``call`` on aiosqlite's thread for ``driver`` without waiting for it.
+
+    aiosqlite runs a connection's calls one at a time, in order, on that thread, so
+    ``call`` runs after the statement in flight (if any) and before any close queued
+    later. Its queue is private; SQLAlchemy's aiosqlite adapter feeds it the same way.
+    aiosqlite >= 0.22 (whose own ``stop()`` does so) takes a call with no future to
+    report to; older versions need one, from the running loop.
+    """
+    if driver._connection is None:  # closed: nothing runs on its thread any more
+        return
+
+    def logged() -> None:
+        try:
+            call()
+        except Exception as exc:
+            _log.warning("sqlite-release-on-close-failed", error=repr(exc))
+
+    future = None if hasattr(driver, "stop") else asyncio.get_running_loop().create_future()
+    driver._tx.put_nowait((future, logged))
 
 
 def install_postgres_hooks(engine: Engine) -> None:
