@@ -32,7 +32,14 @@ from taskq.db.queries.dispatch import notify_channel
 from taskq.exceptions import MaxPendingExceededError
 from taskq.records import EnqueueArgs, EnqueueRequest, JobRecord
 from taskq.settings import TaskQSettings
-from tests.support.pg import count_jobs, kill_other_backends, libpq, listen, notes_until
+from tests.support.pg import (
+    count_jobs,
+    kill_other_backends,
+    libpq,
+    listen,
+    notes_until,
+    refusing,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -715,13 +722,13 @@ async def test_a_failed_copy_in_the_callers_transaction_leaves_it_to_roll_back(
 ) -> None:
     async with TaskQ(pg_url, settings=settings) as tq:
         items: list[Any] = [(copy_plain, Doc(n=i)) for i in range(N)]
-        items[N // 2] = (copy_plain, Doc(n=-1, text="nul\x00"))
-        with _chunk_calls() as calls:
+        items[N // 2] = (copy_plain, Doc(n=-1, text="refused"))
+        with _chunk_calls() as calls, refusing(pg_url, "refused"):
             async with tq.engine.connect() as conn:
                 request = await conn.begin()
                 with pytest.raises(DBAPIError) as caught:
                     await tq.jobs.enqueue_many(items, connection=conn)
-                assert isinstance(caught.value.orig, psycopg.DataError)
+                assert isinstance(caught.value.orig, psycopg.errors.CheckViolation)
                 await request.rollback()
         assert calls == [N]
     assert count_jobs(pg_url, "copy_plain") == 0

@@ -23,7 +23,7 @@ from taskq.db.queries.dispatch import notify_channel
 from taskq.db.tables import jobs
 from taskq.records import EnqueueArgs
 from taskq.settings import TaskQSettings
-from tests.support.pg import count_jobs, kill_other_backends, libpq
+from tests.support.pg import count_jobs, kill_other_backends, libpq, refusing
 
 
 class Ping(BaseModel):
@@ -175,11 +175,12 @@ async def test_a_second_failure_is_raised(
 async def test_a_driver_error_is_a_dbapi_error_and_writes_nothing(
     pg_url: URL, settings: TaskQSettings
 ) -> None:
-    """jsonb refuses NUL characters: the statement fails whole, as SQLAlchemy would raise it."""
+    """The server refuses a row (an operator's CHECK): the statement fails whole, as
+    SQLAlchemy would raise it."""
     async with TaskQ(pg_url, settings=settings) as tq:
-        with pytest.raises(DBAPIError) as caught:
+        with refusing(pg_url, "refused"), pytest.raises(DBAPIError) as caught:
             await tq.jobs.enqueue_many(
-                [(fast_plain, Ping(n=1)), (fast_plain, Ping(n=2, text="nul\x00"))]
+                [(fast_plain, Ping(n=1)), (fast_plain, Ping(n=2, text="refused"))]
             )
         assert isinstance(caught.value.orig, psycopg.Error)
         assert caught.value.connection_invalidated is False

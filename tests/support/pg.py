@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from sqlalchemy.engine import URL
 
 from taskq.db.queries.dispatch import notify_channel
@@ -22,6 +25,25 @@ def count_jobs(url: URL, actor: str) -> int:
         row = conn.execute("SELECT count(*) FROM taskq.jobs WHERE actor = %s", [actor]).fetchone()
     assert row is not None
     return int(row[0])
+
+
+@contextmanager
+def refusing(url: URL, text: str) -> Iterator[None]:
+    """A ``CHECK`` on ``taskq.jobs`` (as an operator might add) that refuses a payload
+    whose ``"text"`` is ``text``: a value every client-side check lets through and the
+    server refuses (``psycopg.errors.CheckViolation``), for tests of a failed statement.
+    Dropped after (the database is the xdist worker's, shared by its tests)."""
+    check = sql.SQL(
+        "ALTER TABLE taskq.jobs ADD CONSTRAINT test_refused "
+        "CHECK (payload->>'text' IS DISTINCT FROM {})"
+    ).format(sql.Literal(text))
+    with psycopg.connect(libpq(url), autocommit=True) as conn:
+        conn.execute(check)
+    try:
+        yield
+    finally:
+        with psycopg.connect(libpq(url), autocommit=True) as conn:
+            conn.execute("ALTER TABLE taskq.jobs DROP CONSTRAINT test_refused")
 
 
 def kill_other_backends(url: URL) -> int:
