@@ -54,6 +54,9 @@ def test_copy_statement_names_the_table_through_the_schema_map() -> None:
     )
     assert q.copy_rows_sql(dialect, {None: "Odd Name"}).startswith('COPY "Odd Name".jobs (')
     assert q.copy_rows_sql(dialect, None).startswith("COPY jobs (id, payload, ")
+    assert q.copy_rows_sql(dialect, {None: "taskq"}, row_at_a_time=True) == (
+        f"COPY taskq.jobs ({columns}) FROM STDIN (FORMAT BINARY) WHERE pg_catalog.random() >= 0"
+    )
 
 
 def test_copy_columns_are_the_ones_a_plain_row_sets_with_the_types_encoded() -> None:

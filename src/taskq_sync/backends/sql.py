@@ -96,16 +96,19 @@ class SqlBackend:
         "The autocommit connections the plain enqueue keeps between calls."
         self.copy_min_rows = COPY_MIN_ROWS
         "Postgres: plain batches (or the plain items of a transactional batch) of at\n        least this many jobs are written with COPY (:meth:`_enqueue_copy`,\n        :meth:`_copy_in_transaction`); smaller ones with the one statement."
-        self._copy_sql: dict[tuple[bool, bool], str] = {}
+        self._copy_sql: dict[tuple[bool, bool, bool], str] = {}
         self._scheduled_default = True
         "Whether ``jobs.scheduled_at`` has its default (migration 0002): until a COPY\n        finds it missing, bulk batches that run now leave it to the server."
 
-    def _copy_rows_sql(self, conn: Connection, *, clock: bool, extras: bool) -> str:
-        """:func:`~taskq.db.queries.copy_rows.copy_rows_sql` for this engine, made once."""
-        sql = self._copy_sql.get((clock, extras))
+    def _copy_rows_sql(self, conn: Connection, *, clock: bool, extras: bool, rows: int) -> str:
+        """:func:`~taskq.db.queries.copy_rows.copy_rows_sql` for this engine and a COPY of
+        ``rows`` rows (row at a time for :data:`~taskq.db.queries.copy_rows.ROW_AT_A_TIME_ROWS`),
+        made once."""
+        key = (clock, extras, rows in cq.ROW_AT_A_TIME_ROWS)
+        sql = self._copy_sql.get(key)
         if sql is None:
-            sql = self._copy_sql[clock, extras] = cq.copy_rows_sql(
-                conn.dialect, _translate_map(conn), clock=clock, extras=extras
+            sql = self._copy_sql[key] = cq.copy_rows_sql(
+                conn.dialect, _translate_map(conn), clock=clock, extras=extras, row_at_a_time=key[2]
             )
         return sql
 
@@ -246,7 +249,7 @@ class SqlBackend:
                         committed = self._try_copy_committing(conn, params, batch.bulk, extras)
                         if committed is not None:
                             return committed
-                    copy_sql = self._copy_rows_sql(conn, clock=True, extras=extras)
+                    copy_sql = self._copy_rows_sql(conn, clock=True, extras=extras, rows=batch.size)
                     try:
                         return _copy_on_driver(
                             conn, cq.copy_clock_sql(conn.dialect), params, copy_sql, batch
@@ -271,7 +274,7 @@ class SqlBackend:
         backend then takes the COPY in a transaction from now on, and says so once."""
         if not cq.runs_now(rows.templates):
             return None
-        copy_sql = self._copy_rows_sql(conn, clock=False, extras=extras)
+        copy_sql = self._copy_rows_sql(conn, clock=False, extras=extras, rows=rows.size)
         done_sql = cq.copy_done_sql(conn.dialect, _translate_map(conn))
         try:
             return _copy_committing(conn, copy_sql, done_sql, params, rows, extras=extras)
@@ -392,7 +395,7 @@ class SqlBackend:
         driver = _driver_connection(conn)
         if driver.autocommit:
             return None
-        copy_sql = self._copy_rows_sql(conn, clock=True, extras=True)
+        copy_sql = self._copy_rows_sql(conn, clock=True, extras=True, rows=len(requests))
         params = {"channel": self._channel, "queues": sorted({r.queue for r in requests})}
         clock = conn.exec_driver_sql(cq.copy_clock_sql(conn.dialect), params)
         now = clock.one()[0]
