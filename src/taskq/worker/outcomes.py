@@ -61,6 +61,18 @@ async def run_hook(name: str, fn: Callable[..., Any], limit_s: float, *args: Any
         _log.warning("worker-hook-failed", hook=name, error=repr(exc))
 
 
+def _log_outcome(level: Callable[..., Any], event: str, outcome: Outcome, **extra: Any) -> None:
+    job = outcome.job
+    level(
+        event,
+        job_id=str(job.id),
+        actor=job.ref.name,
+        attempt=job.attempt,
+        outcome=outcome.kind,
+        **extra,
+    )
+
+
 _BATCH_KEYS = (
     ("id", "b_id"),
     ("attempt", "b_attempt"),
@@ -188,14 +200,7 @@ class Completer:
     ) -> None:
         job = outcome.job
         refused = storable_text(str(exc.orig))
-        _log.error(
-            "worker-outcome-refused",
-            job_id=str(job.id),
-            actor=job.ref.name,
-            attempt=job.attempt,
-            outcome=outcome.kind,
-            error=refused,
-        )
+        _log_outcome(_log.error, "worker-outcome-refused", outcome, error=refused)
         if outcome.kind == "succeeded":
             outcome.kind, outcome.attempt_outcome = "failed", "failed"
             outcome.error_class, outcome.result_value = NOT_STORABLE, None
@@ -205,14 +210,7 @@ class Completer:
         try:
             await self._write([outcome])
         except _REFUSED as again:
-            _log.error(
-                "worker-outcome-dropped",
-                job_id=str(job.id),
-                actor=job.ref.name,
-                attempt=job.attempt,
-                outcome=outcome.kind,
-                error=str(again.orig),
-            )
+            _log_outcome(_log.error, "worker-outcome-dropped", outcome, error=str(again.orig))
             dropped.append(outcome)
 
     def _drop_stale(self) -> None:
@@ -220,13 +218,7 @@ class Completer:
         keep: list[Outcome] = []
         for outcome in self._buffer:
             if now - outcome.created_mono > self._lease_s:
-                _log.warning(
-                    "worker-outcome-dropped",
-                    job_id=str(outcome.job.id),
-                    actor=outcome.job.ref.name,
-                    attempt=outcome.job.attempt,
-                    outcome=outcome.kind,
-                )
+                _log_outcome(_log.warning, "worker-outcome-dropped", outcome)
                 self._on_written(outcome)
             else:
                 keep.append(outcome)
