@@ -105,3 +105,22 @@ async def test_row_at_a_time_stores_what_the_buffered_copy_stores(
     stored = _stored(pg_url, [h.job_id for h in one])
     assert len(stored) == 1000
     assert stored == _stored(pg_url, [h.job_id for h in buffered])
+
+
+async def test_a_row_at_a_time_copy_in_the_callers_transaction_commits_and_rolls_back_with_it(
+    pg_url: URL, settings: TaskQSettings
+) -> None:
+    async with TaskQ(pg_url, settings=settings) as tq:
+        with _copies() as made:
+            async with tq.engine.connect() as conn:
+                await conn.begin()
+                await tq.jobs.enqueue_many(_items(1000), connection=conn)
+                await conn.rollback()
+            assert count_jobs(pg_url, "one_by_one") == 0
+            async with tq.engine.connect() as conn:
+                await conn.begin()
+                handles = await tq.jobs.enqueue_many(_items(1000), connection=conn)
+                await conn.commit()
+        assert [_row_at_a_time(sql) for sql in made] == [True]
+        assert await handles[999].status() == "pending"
+    assert count_jobs(pg_url, "one_by_one") == 1000
