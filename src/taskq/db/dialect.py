@@ -9,7 +9,6 @@ translation of "table missing" errors into :class:`~taskq.exceptions.SchemaNotRe
 
 from __future__ import annotations
 
-import asyncio
 import re
 import sqlite3
 import time
@@ -306,8 +305,8 @@ def _on_driver_thread(driver: aiosqlite.Connection, call: Callable[[], object]) 
     aiosqlite runs a connection's calls one at a time, in order, on that thread, so
     ``call`` runs after the statement in flight (if any) and before any close queued
     later. Its queue is private; SQLAlchemy's aiosqlite adapter feeds it the same way.
-    aiosqlite >= 0.22 (whose own ``stop()`` does so) takes a call with no future to
-    report to; older versions need one, from the running loop.
+    From aiosqlite 0.22 (the floor in ``pyproject.toml``; its own ``stop()`` does so) it
+    takes a call with no future to report to.
     """
     if driver._connection is None:  # closed: nothing runs on its thread any more
         return
@@ -318,8 +317,7 @@ def _on_driver_thread(driver: aiosqlite.Connection, call: Callable[[], object]) 
         except Exception as exc:
             _log.warning("sqlite-release-on-close-failed", error=repr(exc))
 
-    future = None if hasattr(driver, "stop") else asyncio.get_running_loop().create_future()
-    driver._tx.put_nowait((future, logged))
+    driver._tx.put_nowait((None, logged))
 
 
 def install_postgres_hooks(engine: Engine) -> None:
