@@ -45,6 +45,8 @@ MODULES: tuple[str, ...] = (
     "handle.py",
     "actor_config_ops.py",
     "client.py",
+    "cron/__init__.py",
+    "cron/client.py",
     "ratelimit/__init__.py",
     "ratelimit/_redis_utils.py",
     "ratelimit/_sql.py",

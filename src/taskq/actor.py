@@ -9,6 +9,7 @@ for types and annotations, ``ValueError`` for out-of-range values.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import json
@@ -36,6 +37,7 @@ from taskq.constants import (
     validate_queue_name,
 )
 from taskq.context import JobContext
+from taskq.cron.schedule import Schedule, bind_schedules
 from taskq.exceptions import PayloadValidationError
 from taskq.retry import OnCancel, OnRetryExhausted, OnSuccess, RetryClassifierHook, RetryPolicy
 from taskq.storable_json import describe, first_unstorable, unstorable_error
@@ -109,6 +111,8 @@ class ActorRef(Generic[P, R]):
     wants_ctx: bool = False
     is_sync: bool = False
     dependencies: dict[str, type[object]] = field(default_factory=dict)
+    schedules: tuple[Schedule, ...] = ()
+    """Periodic jobs declared with the actor (``@actor(schedules=[...])``), each bound."""
 
     def __repr__(self) -> str:
         return f"<ActorRef {self.name!r} queue={self.queue!r}>"
@@ -271,6 +275,7 @@ def actor(
     on_cancel: OnCancel | None = None,
     on_cancel_timeout: float = 3.0,
     priority: int = 0,
+    schedules: Sequence[Schedule] | None = None,
 ) -> Callable[[Callable[..., Any]], ActorRef[Any, Any]]: ...
 def actor(
     fn: Callable[..., Any] | None = None, /, **options: Any
@@ -299,7 +304,7 @@ _OPTION_NAMES = frozenset(
         "metadata", "unique_for", "unique_states", "start_to_close", "rate_limits",
         "reservations", "non_retryable_exceptions", "retry_classifier", "on_retry_exhausted",
         "on_retry_exhausted_timeout", "on_success", "on_success_timeout", "on_cancel",
-        "on_cancel_timeout", "priority",
+        "on_cancel_timeout", "priority", "schedules",
     }
 )  # fmt: skip
 
@@ -321,6 +326,12 @@ def _build(
     sig = _signature(fn, name, localns, fail)
     values = _check_options(opts, fail)
     ref: ActorRef[Any, Any] = ActorRef(name=name, fn=fn, **sig, **values)
+    if opts.get("schedules") is not None:
+        try:
+            ref = dataclasses.replace(ref, schedules=bind_schedules(ref, opts["schedules"]))
+        except (TypeError, ValueError) as exc:
+            kind = ValueError if isinstance(exc, ValueError) else TypeError
+            raise fail("schedules", str(exc), kind) from exc
     _ACTORS[name] = ref
     return ref
 

@@ -24,6 +24,7 @@ from taskq.backends.base import Backend
 from taskq.backends.held import held_connections_cap
 from taskq.backends.sql import SqlBackend
 from taskq.bulk_rows import BulkOutcomes, BulkRows
+from taskq.cron.client import SchedulesClient
 from taskq.db.engine import make_engine
 from taskq.exceptions import JobNotFoundError
 from taskq.handle import JobHandle, JobHandles
@@ -174,8 +175,8 @@ class JobsClient:
 
 
 class TaskQ:
-    """The application's handle on taskq: owns an engine, exposes ``jobs``, ``actors`` and
-    ``queues``.
+    """The application's handle on taskq: owns an engine, exposes ``jobs``, ``actors``,
+    ``queues`` and ``schedules``.
 
     ``async with TaskQ(dsn=...) as tq: await tq.jobs.enqueue(...)``. ``dsn`` is a
     SQLAlchemy URL (a plain ``postgresql://`` means psycopg); without it,
@@ -201,6 +202,7 @@ class TaskQ:
         self.jobs = JobsClient(self.backend)
         self.actors = ActorsClient(self.engine, settings=self.settings)
         self.queues = QueuesClient(self.engine, settings=self.settings)
+        self.schedules = SchedulesClient(self.engine, self.jobs)
 
     async def __aenter__(self) -> TaskQ:
         return self

@@ -29,6 +29,8 @@ __all__ = [
     "RedisUnavailableError",
     "ReservationUnavailable",
     "RetryAfter",
+    "ScheduleExistsError",
+    "ScheduleNotFoundError",
     "ScheduleToCloseTimeout",
     "SchemaNotReady",
     "ScopeViolation",
@@ -191,6 +193,22 @@ class ProgressTooLarge(TaskQError, ValueError):
         self.size = size
         self.limit = limit
         super().__init__(f"progress data is {size} bytes; the limit is {limit}")
+
+
+class ScheduleNotFoundError(TaskQError, LookupError):
+    """No ``cron_schedules`` row has this id (``schedule_id``)."""
+
+    def __init__(self, schedule_id: str) -> None:
+        self.schedule_id = schedule_id
+        super().__init__(f"no schedule {schedule_id!r}")
+
+
+class ScheduleExistsError(TaskQError, ValueError):
+    """``schedules.create()`` named an id that exists (pass ``replace=True`` to overwrite)."""
+
+    def __init__(self, schedule_id: str) -> None:
+        self.schedule_id = schedule_id
+        super().__init__(f"schedule {schedule_id!r} already exists")
 
 
 class JobNotFoundError(TaskQError, LookupError):

@@ -41,6 +41,7 @@ from taskq_sync.actor_config_ops import ActorsClient, QueuesClient
 from taskq_sync.backends.base import Backend
 from taskq_sync.backends.held import held_connections_cap
 from taskq_sync.backends.sql import SqlBackend
+from taskq_sync.cron.client import SchedulesClient
 from taskq_sync.db.engine import make_engine
 from taskq_sync.handle import JobHandle, JobHandles
 
@@ -174,8 +175,8 @@ class JobsClient:
 
 
 class TaskQ:
-    """The application's handle on taskq: owns an engine, exposes ``jobs``, ``actors`` and
-    ``queues``.
+    """The application's handle on taskq: owns an engine, exposes ``jobs``, ``actors``,
+    ``queues`` and ``schedules``.
 
     ``async with TaskQ(dsn=...) as tq: await tq.jobs.enqueue(...)``. ``dsn`` is a
     SQLAlchemy URL (a plain ``postgresql://`` means psycopg); without it,
@@ -199,6 +200,7 @@ class TaskQ:
         self.jobs = JobsClient(self.backend)
         self.actors = ActorsClient(self.engine, settings=self.settings)
         self.queues = QueuesClient(self.engine, settings=self.settings)
+        self.schedules = SchedulesClient(self.engine, self.jobs)
 
     def __enter__(self) -> TaskQ:
         return self

@@ -258,6 +258,20 @@ cron_schedules = Table(
     Column("last_job_id", Uuid(), nullable=True),
     Column("created_at", UTCDateTime(), nullable=False, server_default=func.current_timestamp()),
     Column("updated_at", UTCDateTime(), nullable=False, server_default=func.current_timestamp()),
+    # Migration 0006: the enqueue options, the missed-tick policy and the last tick's outcome.
+    # cron_expression holds a cron expression or "@every <seconds>s" for an interval.
+    Column("jitter_s", Float(), nullable=True),
+    Column("missed", String(8), nullable=False, server_default="latest"),
+    Column("max_catchup", Integer(), nullable=False, server_default="10"),
+    Column("priority", SmallInteger(), nullable=True),
+    Column("tags", JSONDoc, nullable=True),
+    Column("identity_key", String(_NAME), nullable=True),
+    Column("origin", String(8), nullable=False, server_default="api"),
+    Column("last_tick_at", UTCDateTime(), nullable=True),
+    Column("last_outcome", String(32), nullable=True),
+    Column("last_error", Text(), nullable=True),
+    Column("enqueued_count", Integer(), nullable=False, server_default="0"),
+    Column("refused_count", Integer(), nullable=False, server_default="0"),
 )
 Index("ix_cron_schedules_due", cron_schedules.c.enabled, cron_schedules.c.next_run_at)
 Index("ix_cron_schedules_actor", cron_schedules.c.actor)

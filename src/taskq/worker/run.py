@@ -31,12 +31,14 @@ from taskq import __version__
 from taskq._ids import new_uuid
 from taskq.actor import ActorRef, registered_actors
 from taskq.actor_config_ops import sync_actor_config
+from taskq.cron.sync import sync_schedules
 from taskq.db.dialect import async_url, traits
 from taskq.db.engine import make_engine, transaction
 from taskq.db.queries import worker as wq
 from taskq.di import ProviderRegistry
 from taskq.settings import WorkerSettings
 from taskq.telemetry import metrics_on
+from taskq.testing.clock import Clock, SystemClock
 from taskq.worker.boot import retry_boot_step
 from taskq.worker.cancel import CancelController
 from taskq.worker.dispatch import Dispatcher, run_sync_actor_tracked
@@ -153,6 +155,8 @@ class Worker:
             self.dispatcher.completer.on_event = self.progress.ended
         self.leader = LeaderLease(self.engine, self.worker_id, s.lock_lease.total_seconds())
         self.sweeper = Sweeper(self.engine, self.actors)
+        self.cron_clock: Clock = SystemClock()
+        """What the cron loop reads the time from (tests inject a ``FakeClock``)."""
         self.canceller = CancelController(
             self.engine,
             self.worker_id,
@@ -275,6 +279,7 @@ class Worker:
         s = self.settings
         async with transaction(self.engine) as conn:
             rows = await sync_actor_config(conn, self.actors.values())
+            await sync_schedules(conn, self.actors.values(), now=self.cron_clock.now())
             await conn.execute(
                 wq.register_worker(
                     self.engine.dialect.name,
@@ -320,6 +325,28 @@ class Worker:
             except (DBAPIError, SQLAlchemyError, OSError) as exc:
                 self._log.warning("worker-sweep-failed", error=str(exc))
 
+    async def _cron_loop(self) -> None:
+        """Enqueue the due ticks of this worker's actors' schedules (:mod:`taskq.cron.ticker`):
+        every worker runs it and the database arbitrates, so a tick is enqueued once
+        fleet-wide and no election gap delays one."""
+        from taskq.backends.sql import SqlBackend
+        from taskq.client import JobsClient
+        from taskq.cron.ticker import POLL_S, Ticker
+
+        client = JobsClient(SqlBackend(self.engine, settings=self.settings))
+        ticker = Ticker(self.engine, client, self.actors, clock=self.cron_clock)
+        while True:
+            wake = None
+            try:
+                wake = await ticker.run_once()
+            except (DBAPIError, SQLAlchemyError, OSError) as exc:
+                self._log.warning("worker-cron-failed", error=str(exc))
+            delay = POLL_S
+            if wake is not None:
+                delay = min(POLL_S, max(0.05, (wake - self.cron_clock.now()).total_seconds()))
+            if not await pause(self._stopping, delay):
+                return
+
     async def _progress_loop(self) -> None:
         interval = self.settings.progress_flush_interval.total_seconds()
         while await pause(self._stopping, interval):
@@ -360,6 +387,7 @@ class Worker:
         self._spawn(self._cancel_loop(), "cancel")
         self._spawn(self._sweep_loop(), "sweep")
         self._spawn(self._progress_loop(), "progress")
+        self._spawn(self._cron_loop(), "cron")
         claim = asyncio.ensure_future(self.dispatcher.run())
         stop = asyncio.ensure_future(self.state.requested.wait())
         await asyncio.wait([claim, stop], return_when=asyncio.FIRST_COMPLETED)
