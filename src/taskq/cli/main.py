@@ -8,6 +8,7 @@ import click
 
 from taskq import __version__
 from taskq.cli.actor_config import actor_config
+from taskq.cli.cron import cron
 from taskq.cli.migrate import migrate
 from taskq.cli.queues import queues
 from taskq.cli.quickstart import quickstart
@@ -28,3 +29,4 @@ main.add_command(worker)
 main.add_command(quickstart)
 main.add_command(actor_config)
 main.add_command(queues)
+main.add_command(cron)
