@@ -192,8 +192,10 @@ def _switch(name: str, verb: str, op: Callable[[AsyncEngine, str], Any]) -> clic
                     "(disable it instead to keep it off)"
                 )
             return
-        state = "enabled" if record.enabled else "disabled"
-        click.echo(f"schedule {sid!r} {state}; next run {_when(record.next_run_at, 'none')}")
+        if record.enabled:
+            click.echo(f"schedule {sid!r} enabled; next run {_when(record.next_run_at, 'none')}")
+        else:
+            click.echo(f"schedule {sid!r} disabled")
 
     command.__doc__ = verb
     return click.command(name)(command)
