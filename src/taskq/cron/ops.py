@@ -29,6 +29,7 @@ __all__ = [
     "get_schedule",
     "list_schedules",
     "run_schedule_now",
+    "schedule_counts",
     "schedule_history",
     "schedules_client",
 ]
@@ -89,3 +90,8 @@ async def schedule_history(
 ) -> list[ScheduleRun]:
     """The schedule's most recent jobs, newest first."""
     return await schedules_client(engine).history(schedule_id, limit=limit)
+
+
+async def schedule_counts(engine: AsyncEngine) -> dict[str, dict[str, int]]:
+    """Per actor: ``{"enabled": n, "disabled": m}`` schedules."""
+    return await schedules_client(engine).counts()

@@ -1,10 +1,11 @@
 """``worker_main``: boot a worker process, run its loops, and shut it down in phases.
 
 Boot: register actor-declared rate-limit primitives and check that every name an actor
-references is registered, sync ``actor_config`` (seed-only capacity fields), register the
-worker row, open the DI container, set up queue caps and sync reservation slots. Run: the
-claim loop, the completer, the heartbeat (with leader renewal), the cancel poll, the
-leader's sweep, the progress flush and, on Postgres, the LISTEN connection. Stop: see
+references is registered, sync ``actor_config`` (seed-only capacity fields) and the
+actors' code schedules (``cron_schedules``), register the worker row, open the DI
+container, set up queue caps and sync reservation slots. Run: the claim loop, the
+completer, the heartbeat (with leader renewal), the cancel poll, the leader's sweep, the
+cron ticks, the progress flush and, on Postgres, the LISTEN connection. Stop: see
 :mod:`taskq.worker.shutdown`.
 """
 

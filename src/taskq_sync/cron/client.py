@@ -110,6 +110,17 @@ class SchedulesClient:
             for r in rows
         ]
 
+    def counts(self) -> dict[str, dict[str, int]]:
+        """Per actor: how many schedules are ``enabled`` and ``disabled`` (for an admin
+        page, and for the deregistration rule: enabled schedules block it)."""
+        with transaction(self.engine, readonly=True) as conn:
+            found = conn.execute(q.count_by_actor()).all()
+        out: dict[str, dict[str, int]] = {}
+        for name, enabled, n in found:
+            entry = out.setdefault(str(name), {"enabled": 0, "disabled": 0})
+            entry["enabled" if enabled else "disabled"] += int(n)
+        return out
+
     def enable(self, schedule_id: str) -> ScheduleRecord:
         """Enable the schedule from its next tick on (ticks while it was disabled are not
         caught up). A no-op on an enabled schedule."""

@@ -207,6 +207,25 @@ async def test_deregistration_refuses_enabled_schedules_and_force_disables(
     with pytest.raises(ActorHasEnabledSchedulesError) as refused:
         await actors.deregister(report.name)
     assert refused.value.schedule_ids == ["it-sched-report", "it-sched-report-5m"]
+    sc = client(engine, FakeClock(START))
+    assert await sc.counts() == {report.name: {"enabled": 2, "disabled": 0}}
     result = await actors.deregister(report.name, force=True)
     assert result.schedules_disabled == 2
     assert [r.enabled for r in (await rows(engine)).values()] == [False, False]
+    assert await sc.counts() == {report.name: {"enabled": 0, "disabled": 2}}
+
+
+async def test_the_sync_facade_operates_schedules(
+    engine_url: str | URL, settings: TaskQSettings
+) -> None:
+    from taskq_sync import TaskQ as SyncTaskQ
+
+    with SyncTaskQ(engine_url, settings=settings) as tq:
+        made = tq.schedules.create(report, Schedule(every=timedelta(hours=1), id="sync-made"))
+        assert made.enabled is True
+        assert tq.schedules.disable("sync-made").enabled is False
+        handle = tq.schedules.run_now("sync-made")
+        assert tq.schedules.get("sync-made").last_job_id == handle.job_id
+        assert [r.id for r in tq.schedules.list()] == ["sync-made"]
+        tq.schedules.delete("sync-made")
+        assert tq.schedules.list() == []

@@ -22,6 +22,7 @@ __all__ = [
     "TICK_KEY_PREFIX",
     "claim_tick",
     "clear_next_run",
+    "count_by_actor",
     "count_jobs",
     "delete_schedule",
     "due",
@@ -246,3 +247,9 @@ def count_jobs(actor: str, schedule_id: str) -> Select[Any]:
         .select_from(jobs)
         .where(jobs.c.actor == actor, jobs.c.idempotency_key.like(pattern, escape="\\"))
     )
+
+
+def count_by_actor() -> Select[Any]:
+    """``(actor, enabled, count)`` over every schedule (the admin page's per-actor counts)."""
+    c = cron_schedules.c
+    return select(c.actor, c.enabled, func.count()).group_by(c.actor, c.enabled)
