@@ -17,6 +17,9 @@ in UTC, so every worker computes the same ticks without sharing any state.
 
 from __future__ import annotations
 
+import copy
+import heapq
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Final, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -40,7 +43,7 @@ _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _DAY: Final = timedelta(days=1)
 _SECOND: Final = timedelta(seconds=1)
 _MAX_CANDIDATES: Final = 10_000
-"""Wall times examined for one answer before giving up (an expression that never fires)."""
+"""Wall times examined without finding a tick before giving up (one that never fires)."""
 
 
 class Timetable(Protocol):
@@ -52,6 +55,14 @@ class Timetable(Protocol):
 
     def last_at_or_before(self, at: datetime) -> datetime:
         """The latest tick at or before ``at`` (aware, UTC)."""
+        ...
+
+    def iter_after(self, at: datetime) -> Iterator[datetime]:
+        """The ticks strictly after ``at``, in order."""
+        ...
+
+    def iter_before(self, at: datetime) -> Iterator[datetime]:
+        """The ticks at or before ``at``, latest first."""
         ...
 
 
@@ -105,6 +116,9 @@ class CronTimetable:
         else:
             fields = self.expression.split()
             self.wildcard_hour = fields[2 if self.seconds else 1] in ("*", "*/1")
+        self._parsed = croniter(
+            self.expression, datetime(2000, 1, 1), second_at_beginning=self.seconds
+        )
         # Fail now, not at the first tick, for an expression that never matches (30 Feb).
         self.next_after(datetime(2000, 1, 1, tzinfo=UTC))
 
@@ -113,6 +127,11 @@ class CronTimetable:
 
     def _offset(self, at: datetime) -> timedelta:
         return at.astimezone(self.zone).utcoffset() or timedelta(0)
+
+    def _span(self, at: datetime) -> tuple[timedelta, timedelta]:
+        """The smallest and largest offsets in effect within a day of ``at``."""
+        offsets = [self._offset(at + d) for d in (-_DAY, timedelta(0), _DAY)]
+        return min(offsets), max(offsets)
 
     def _instants(self, wall: datetime) -> list[datetime]:
         """The instants a naive wall time of the zone stands for (see the module docstring)."""
@@ -124,53 +143,81 @@ class CronTimetable:
             return [first]
         return [first, second] if self.wildcard_hour else [first]
 
-    def _walls(self, start: datetime, *, forward: bool) -> croniter:
-        return croniter(
-            self.expression,
-            start,
-            second_at_beginning=self.seconds,
-            is_prev=not forward,
-        )
+    def _walls(self, start: datetime) -> croniter:
+        """A walk over the expression's wall times from ``start`` (naive).
 
-    def next_after(self, at: datetime) -> datetime:
-        """The first tick strictly after ``at``."""
+        Parsing an expression costs far more than a step, so each walk is a copy of one
+        parsed ``croniter`` moved to ``start``.
+        """
+        walls = copy.copy(self._parsed)
+        walls.set_current(start, force=True)
+        return walls
+
+    def iter_after(self, at: datetime) -> Iterator[datetime]:
+        """The ticks strictly after ``at``, in order (one ``croniter`` walk)."""
         at = at.astimezone(UTC)
         # A wall time w stands for an instant i = w - offset(i): start from the smallest
         # wall time any instant after ``at`` can have.
-        low = min(self._offset(at), self._offset(at + _DAY))
-        walls = self._walls((at + low).replace(tzinfo=None), forward=True)
-        best: datetime | None = None
-        for _ in range(_MAX_CANDIDATES):
+        low, _ = self._span(at)
+        walls = self._walls((at + low).replace(tzinfo=None))
+        pending: list[datetime] = []  # instants seen, not yet known to be the next
+        last: datetime | None = None
+        idle = 0
+        while True:
             wall = walls.get_next(datetime)
             for instant in self._instants(wall):
-                if instant > at and (best is None or instant < best):
-                    best = instant
-            if best is not None:
-                high = max(self._offset(at), self._offset(best))
-                if wall - high > best.replace(tzinfo=None):
-                    return best  # every later wall time stands for a later instant
-        if best is None:
-            raise ValueError(f"cron expression {self.expression!r} never fires")
-        return best
+                if instant > at:
+                    heapq.heappush(pending, instant)
+            idle = idle + 1 if not pending else 0
+            if idle > _MAX_CANDIDATES:
+                raise ValueError(f"cron expression {self.expression!r} never fires")
+            # A later wall time w stands for an instant w - o, o one of the zone's offsets
+            # around that instant (for a time in a gap: the offset before the jump). An
+            # unseen instant before the earliest pending one is within a day of it, so o is
+            # at most the largest offset of that span: below w - that, the pending is final.
+            while pending:
+                first = pending[0]
+                _, high = self._span(first)
+                if wall - high <= first.replace(tzinfo=None):
+                    break
+                heapq.heappop(pending)
+                if first != last:
+                    last = first
+                    yield first
+
+    def iter_before(self, at: datetime) -> Iterator[datetime]:
+        """The ticks at or before ``at``, latest first (one ``croniter`` walk)."""
+        at = at.astimezone(UTC)
+        _, high = self._span(at)
+        walls = self._walls((at + high).replace(tzinfo=None) + _SECOND)
+        pending: list[tuple[float, datetime]] = []  # a max-heap by instant
+        last: datetime | None = None
+        idle = 0
+        while True:
+            wall = walls.get_prev(datetime)
+            for instant in self._instants(wall):
+                if instant <= at:
+                    heapq.heappush(pending, (-instant.timestamp(), instant))
+            idle = idle + 1 if not pending else 0
+            if idle > _MAX_CANDIDATES:
+                raise ValueError(f"cron expression {self.expression!r} never fired")
+            while pending:  # the mirror image of iter_after's rule
+                first = pending[0][1]
+                low, _ = self._span(first)
+                if wall - low >= first.replace(tzinfo=None):
+                    break
+                heapq.heappop(pending)
+                if first != last:
+                    last = first
+                    yield first
+
+    def next_after(self, at: datetime) -> datetime:
+        """The first tick strictly after ``at``."""
+        return next(self.iter_after(at))
 
     def last_at_or_before(self, at: datetime) -> datetime:
         """The latest tick at or before ``at``."""
-        at = at.astimezone(UTC)
-        high = max(self._offset(at), self._offset(at - _DAY))
-        walls = self._walls((at + high).replace(tzinfo=None) + _SECOND, forward=False)
-        best: datetime | None = None
-        for _ in range(_MAX_CANDIDATES):
-            wall = walls.get_prev(datetime)
-            for instant in self._instants(wall):
-                if instant <= at and (best is None or instant > best):
-                    best = instant
-            if best is not None:
-                low = min(self._offset(at), self._offset(best))
-                if wall - low < best.replace(tzinfo=None):
-                    return best
-        if best is None:
-            raise ValueError(f"cron expression {self.expression!r} never fired")
-        return best
+        return next(self.iter_before(at))
 
 
 class IntervalTimetable:
@@ -193,3 +240,17 @@ class IntervalTimetable:
     def last_at_or_before(self, at: datetime) -> datetime:
         """The latest tick at or before ``at``."""
         return _EPOCH + ((at - _EPOCH) // self.every) * self.every
+
+    def iter_after(self, at: datetime) -> Iterator[datetime]:
+        """The ticks strictly after ``at``, in order."""
+        tick = self.next_after(at)
+        while True:
+            yield tick
+            tick += self.every
+
+    def iter_before(self, at: datetime) -> Iterator[datetime]:
+        """The ticks at or before ``at``, latest first."""
+        tick = self.last_at_or_before(at)
+        while True:
+            yield tick
+            tick -= self.every

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
+from croniter import croniter
 from pydantic import BaseModel
 
 from taskq.actor import actor
@@ -219,3 +221,60 @@ def test_nothing_due_plans_nothing() -> None:
     nxt = table.next_after(now)
     plan = plan_ticks(table, "all", due_from=nxt, now=now, max_catchup=10)
     assert (plan.run, plan.dropped, plan.next_run_at) == ((), 0, nxt)
+
+
+@pytest.mark.parametrize(
+    ("expr", "tz"),
+    [("*/20 * * * *", "Europe/Berlin"), ("0 30 1-3 * * *", "America/New_York"), ("@hourly", "UTC")],
+)
+def test_the_walks_agree_with_one_step_at_a_time(expr: str, tz: str) -> None:
+    table = CronTimetable(expr, tz)
+    for day in ((2026, 3, 8), (2026, 3, 29), (2026, 10, 25), (2026, 11, 1)):
+        at = datetime(*day, tzinfo=UTC) - timedelta(hours=4)
+        forward = list(itertools.islice(table.iter_after(at), 40))
+        assert forward == _ticks(table, at, forward[-1] + timedelta(seconds=1))
+        backward = list(itertools.islice(table.iter_before(forward[-1]), 40))
+        assert backward == forward[::-1][: len(backward)]
+
+
+def _oracle(expr: str, zone: ZoneInfo, start: datetime, end: datetime) -> list[datetime]:
+    """The documented rules applied by brute force: every wall minute of the window that
+    matches, mapped to instants (a gap's shifted forward, an ambiguous one at its first
+    occurrence unless the hour field is ``*``), deduplicated and sorted."""
+    wildcard_hour = expr.split()[1] == "*"
+    wall = (start.astimezone(zone) - timedelta(hours=3)).replace(tzinfo=None, second=0)
+    stop = (end.astimezone(zone) + timedelta(hours=3)).replace(tzinfo=None)
+    found: set[datetime] = set()
+    while wall <= stop:
+        if croniter.match(expr, wall):
+            first = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
+            second = wall.replace(tzinfo=zone, fold=1).astimezone(UTC)
+            found.add(first)
+            if first < second and wildcard_hour:
+                found.add(second)
+        wall += timedelta(minutes=1)
+    return sorted(t for t in found if start < t < end)
+
+
+@pytest.mark.parametrize("zone", ["Europe/Berlin", "America/New_York", "Australia/Lord_Howe"])
+@pytest.mark.parametrize("expr", ["30 2 * * *", "*/20 * * * *", "15,45 1-3 * * *", "0 */2 * * *"])
+def test_ticks_match_a_brute_force_oracle_around_every_transition(expr: str, zone: str) -> None:
+    tz = ZoneInfo(zone)
+    table = CronTimetable(expr, zone)
+    # The transitions of 2026 in each zone (Lord Howe shifts by 30 minutes).
+    days = {
+        "Europe/Berlin": ((2026, 3, 29), (2026, 10, 25)),
+        "America/New_York": ((2026, 3, 8), (2026, 11, 1)),
+        "Australia/Lord_Howe": ((2026, 4, 5), (2026, 10, 4)),
+    }[zone]
+    for day in days:
+        start = datetime(*day, tzinfo=tz).astimezone(UTC) - timedelta(hours=6)
+        end = start + timedelta(hours=36)
+        expected = _oracle(expr, tz, start, end)
+        assert expected
+        assert _ticks(table, start, end) == expected
+        walked = list(itertools.takewhile(lambda t, e=end: t < e, table.iter_after(start)))
+        assert walked == expected
+        before_end = end - timedelta(microseconds=1)
+        back = list(itertools.takewhile(lambda t, s=start: t > s, table.iter_before(before_end)))
+        assert back == expected[::-1]
