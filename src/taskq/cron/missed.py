@@ -76,7 +76,7 @@ def plan_ticks(
     if latest < due_from:  # the stored tick is not a tick of this timetable (it was edited)
         return TickPlan((), 0, next_run_at)
     if policy == "all":
-        run = []
+        run: list[datetime] = []
         for tick in table.iter_before(now):
             if tick < due_from or len(run) >= max_catchup:
                 break

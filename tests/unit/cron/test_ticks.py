@@ -242,8 +242,8 @@ def _oracle(expr: str, zone: ZoneInfo, start: datetime, end: datetime) -> list[d
     matches, mapped to instants (a gap's shifted forward, an ambiguous one at its first
     occurrence unless the hour field is ``*``), deduplicated and sorted."""
     wildcard_hour = expr.split()[1] == "*"
-    wall = (start.astimezone(zone) - timedelta(hours=3)).replace(tzinfo=None, second=0)
-    stop = (end.astimezone(zone) + timedelta(hours=3)).replace(tzinfo=None)
+    wall = (start.astimezone(zone) - timedelta(hours=2)).replace(tzinfo=None, second=0)
+    stop = (end.astimezone(zone) + timedelta(hours=2)).replace(tzinfo=None)
     found: set[datetime] = set()
     while wall <= stop:
         if croniter.match(expr, wall):
@@ -257,7 +257,7 @@ def _oracle(expr: str, zone: ZoneInfo, start: datetime, end: datetime) -> list[d
 
 
 @pytest.mark.parametrize("zone", ["Europe/Berlin", "America/New_York", "Australia/Lord_Howe"])
-@pytest.mark.parametrize("expr", ["30 2 * * *", "*/20 * * * *", "15,45 1-3 * * *", "0 */2 * * *"])
+@pytest.mark.parametrize("expr", ["30 2 * * *", "*/20 * * * *", "15,45 1-3 * * *"])
 def test_ticks_match_a_brute_force_oracle_around_every_transition(expr: str, zone: str) -> None:
     tz = ZoneInfo(zone)
     table = CronTimetable(expr, zone)
@@ -268,13 +268,20 @@ def test_ticks_match_a_brute_force_oracle_around_every_transition(expr: str, zon
         "Australia/Lord_Howe": ((2026, 4, 5), (2026, 10, 4)),
     }[zone]
     for day in days:
-        start = datetime(*day, tzinfo=tz).astimezone(UTC) - timedelta(hours=6)
-        end = start + timedelta(hours=36)
+        start = datetime(*day, tzinfo=tz).astimezone(UTC) - timedelta(hours=2)
+        end = start + timedelta(hours=28)
         expected = _oracle(expr, tz, start, end)
         assert expected
         assert _ticks(table, start, end) == expected
-        walked = list(itertools.takewhile(lambda t, e=end: t < e, table.iter_after(start)))
+        walked = []
+        for tick in table.iter_after(start):
+            if tick >= end:
+                break
+            walked.append(tick)
         assert walked == expected
-        before_end = end - timedelta(microseconds=1)
-        back = list(itertools.takewhile(lambda t, s=start: t > s, table.iter_before(before_end)))
+        back = []
+        for tick in table.iter_before(end - timedelta(microseconds=1)):
+            if tick <= start:
+                break
+            back.append(tick)
         assert back == expected[::-1]
