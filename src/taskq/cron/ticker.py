@@ -34,6 +34,7 @@ from taskq.client import JobsClient
 from taskq.cron.missed import plan_ticks
 from taskq.cron.records import ScheduleRecord
 from taskq.cron.schedule import Schedule
+from taskq.cron.telemetry import record_ticks
 from taskq.cron.ticks import tick_id
 from taskq.db.engine import transaction
 from taskq.db.queries import cron as q
@@ -132,6 +133,7 @@ class Ticker:
             max_catchup=schedule.max_catchup,
         )
         if plan.dropped:
+            record_ticks(record.id, record.actor, "missed", plan.dropped)
             _log.info(
                 "cron-ticks-missed",
                 schedule=record.id,
@@ -203,6 +205,7 @@ class Ticker:
             return await self._refuse(record, expected, tick, following, now, exc)
         if not handle.was_existing:
             self.enqueued += 1
+        record_ticks(record.id, record.actor, outcome)
         _log.debug(
             "cron-tick-enqueued",
             schedule=record.id,
@@ -237,6 +240,7 @@ class Ticker:
                     refused=1,
                 )
             )
+        record_ticks(record.id, record.actor, f"refused:{reason}")
         _log.warning(
             "cron-tick-refused",
             schedule=record.id,

@@ -1,9 +1,12 @@
-"""Leader election with a lease row: one worker runs the fleet-wide sweeps (and cron).
+"""Leader election with a lease row: one worker runs the fleet-wide sweeps.
 
 Each worker tries :func:`~taskq.db.queries.worker.acquire_leader` on every heartbeat. The
 upsert takes the row only when it is free, expired or already ours, so at most one
 holder exists at a time; when the leader dies its lease expires after ``lock_lease`` and
 the next heartbeat of any other worker takes over.
+
+Cron does not use the lease: every worker ticks its actors' schedules and the database
+arbitrates each tick (see :mod:`taskq.cron.ticker`), so a failover opens no gap.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from taskq.db.engine import make_engine, transaction
 from taskq.db.tables import cron_schedules, jobs
 from taskq.settings import TaskQSettings
 from taskq.testing.clock import FakeClock
+from tests.support.otel import otel
 
 START = datetime(2026, 6, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -204,3 +205,22 @@ async def test_disabled_schedules_and_other_actors_do_not_tick(
     assert await cron_jobs(engine, "it-cron-capped") == []
     enabled = await sc.enable("off")
     assert enabled.next_run_at == clock.now() + timedelta(minutes=1)  # no catch-up
+
+
+async def test_ticks_are_counted_by_outcome(engine: AsyncEngine, clock: FakeClock) -> None:
+    telemetry = otel()
+    sid = f"metered-{engine.dialect.name}"
+    await schedules(engine, clock).create(capped, Schedule(every=timedelta(minutes=1), id=sid))
+    t = ticker(engine, clock)
+    clock.advance(timedelta(minutes=1))
+    await t.run_once()  # enqueued
+    clock.advance(timedelta(minutes=1))
+    await t.run_once()  # refused: the first is still pending (max_pending=1)
+    clock.advance(timedelta(minutes=10))
+    await t.run_once()  # 9 missed ("latest" runs the tenth), refused again
+    points = telemetry.points("taskq.cron.ticks", schedule=sid)
+    assert points == {
+        (("actor", "it-cron-capped"), ("outcome", "enqueued")): 1,
+        (("actor", "it-cron-capped"), ("outcome", "refused:max_pending")): 2,
+        (("actor", "it-cron-capped"), ("outcome", "missed")): 9,
+    }
