@@ -5,6 +5,7 @@ from __future__ import annotations
 from taskq.actor import ActorRef, actor
 from taskq.client import EnqueueArgs, JobHandle, JobsClient, TaskQ
 from taskq.context import JobContext
+from taskq.cron.schedule import Schedule
 from taskq.di import ProviderRegistry, Scope
 from taskq.exceptions import (
     JobCancelledError,
@@ -36,6 +37,7 @@ __all__ = [
     "RetryAfter",
     "RetryOverride",
     "RetryPolicy",
+    "Schedule",
     "Scope",
     "SingletonCollisionError",
     "Snooze",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from taskq.actor import ActorRef, actor
 from taskq.context import JobContext
+from taskq.cron.schedule import Schedule
 from taskq.di import ProviderRegistry, Scope
 from taskq.exceptions import (
     JobCancelledError,
@@ -38,6 +39,7 @@ __all__ = [
     "RetryAfter",
     "RetryOverride",
     "RetryPolicy",
+    "Schedule",
     "Scope",
     "SingletonCollisionError",
     "Snooze",
