@@ -3,7 +3,7 @@
 Every worker runs one for the actors it runs (:meth:`Ticker.run_once` from the worker's
 cron loop), and the database arbitrates: there is no election to get wrong.
 
-Each tick is one transaction on the store: a compare-and-set UPDATE moves the
+Each tick is one transaction on the store (the ticks of a catch-up share one): a compare-and-set UPDATE moves the
 schedule's ``next_run_at`` from the tick that was read on to the next one
 (:func:`taskq.db.queries.cron.claim_tick`), then the job is inserted with the tick's
 idempotency key ``cron:<tick>:<schedule id>`` and the outcome is recorded on the row.
@@ -44,6 +44,7 @@ from taskq.exceptions import (
     SingletonCollisionError,
     TaskQError,
 )
+from taskq.records import EnqueueArgs
 from taskq.testing.clock import Clock, SystemClock
 
 __all__ = ["POLL_S", "Ticker", "refusal_reason"]
@@ -148,6 +149,12 @@ class Ticker:
                 await conn.execute(stmt)
             return plan.next_run_at
         ref = self.actors[record.actor]
+        if len(plan.run) > 1:
+            caught_up = await self._enqueue_catchup(
+                record, ref, schedule, expected, plan.run, plan.next_run_at, now
+            )
+            if caught_up is not None:
+                return plan.next_run_at if caught_up else None
         for i, tick in enumerate(plan.run):
             following = plan.run[i + 1] if i + 1 < len(plan.run) else plan.next_run_at
             if not await self._enqueue_tick(record, ref, schedule, expected, tick, following, now):
@@ -181,13 +188,7 @@ class Ticker:
                 handle = await self.client.enqueue(
                     ref,
                     record.payload,
-                    queue=schedule.queue,
-                    priority=schedule.priority,
-                    tags=schedule.tags or None,
-                    identity_key=schedule.identity_key,
-                    idempotency_key=q.tick_key(record.id, stamp),
-                    scheduled_at=self._scheduled_at(schedule, tick, now),
-                    metadata={"cron_schedule": record.id, "cron_tick": stamp},
+                    **self._options(record, schedule, tick, now),
                     connection=conn,
                 )
                 outcome = "deduplicated" if handle.was_existing else "enqueued"
@@ -213,6 +214,62 @@ class Ticker:
             job_id=str(handle.job_id),
             outcome=outcome,
         )
+        return True
+
+    def _options(
+        self, record: ScheduleRecord, schedule: Schedule, tick: datetime, now: datetime
+    ) -> dict[str, Any]:
+        stamp = tick_id(tick)
+        return {
+            "queue": schedule.queue,
+            "priority": schedule.priority,
+            "tags": schedule.tags or None,
+            "identity_key": schedule.identity_key,
+            "idempotency_key": q.tick_key(record.id, stamp),
+            "scheduled_at": self._scheduled_at(schedule, tick, now),
+            "metadata": {"cron_schedule": record.id, "cron_tick": stamp},
+        }
+
+    async def _enqueue_catchup(
+        self,
+        record: ScheduleRecord,
+        ref: ActorRef[Any, Any],
+        schedule: Schedule,
+        expected: datetime,
+        ticks: tuple[datetime, ...],
+        next_run_at: datetime,
+        now: datetime,
+    ) -> bool | None:
+        """Claim and enqueue several due ticks in one transaction (one commit, not one per
+        tick). ``False``: another worker claimed them. ``None``: the enqueue refused one of
+        them; nothing was written and the caller goes tick by tick, recording each."""
+        items = [
+            EnqueueArgs(ref, record.payload, self._options(record, schedule, t, now)) for t in ticks
+        ]
+        try:
+            async with transaction(self.engine) as conn:
+                claim = q.claim_tick(conn.dialect.name, record.id, expected, next_run_at)
+                if (await conn.execute(claim)).rowcount != 1:
+                    return False
+                handles = await self.client.enqueue_many(items, connection=conn)
+                created = sum(1 for h in handles if not h.was_existing)
+                outcome = "deduplicated" if handles[-1].was_existing else "enqueued"
+                await conn.execute(
+                    q.record_tick(
+                        record.id,
+                        outcome=outcome,
+                        at=now,
+                        tick=ticks[-1],
+                        job_id=handles[-1].job_id,
+                        enqueued=created,
+                    )
+                )
+        except (TaskQError, ValueError, TypeError):
+            return None
+        self.enqueued += created
+        record_ticks(record.id, record.actor, "enqueued", created)
+        record_ticks(record.id, record.actor, "deduplicated", len(ticks) - created)
+        _log.debug("cron-ticks-caught-up", schedule=record.id, ticks=len(ticks), created=created)
         return True
 
     async def _refuse(

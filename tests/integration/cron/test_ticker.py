@@ -224,3 +224,19 @@ async def test_ticks_are_counted_by_outcome(engine: AsyncEngine, clock: FakeCloc
         (("actor", "it-cron-capped"), ("outcome", "refused:max_pending")): 2,
         (("actor", "it-cron-capped"), ("outcome", "missed")): 9,
     }
+
+
+async def test_a_catch_up_refused_midway_goes_tick_by_tick(
+    engine: AsyncEngine, clock: FakeClock
+) -> None:
+    sc = schedules(engine, clock)
+    sid = "capped-catchup"
+    await sc.create(capped, Schedule(every=timedelta(minutes=1), id=sid, missed="all"))
+    clock.advance(timedelta(minutes=4, seconds=10))  # four ticks due at once
+    await ticker(engine, clock).run_once()
+    [job] = await cron_jobs(engine, "it-cron-capped")  # max_pending=1: only the first
+    assert job.idempotency_key == "cron:2026-06-01T12:01:00Z:capped-catchup"
+    record = await sc.get(sid)
+    assert (record.enqueued_count, record.refused_count) == (1, 3)
+    assert record.last_tick_at == START + timedelta(minutes=4)
+    assert record.next_run_at == START + timedelta(minutes=5)
