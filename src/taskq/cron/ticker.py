@@ -133,20 +133,25 @@ class Ticker:
             now=now,
             max_catchup=schedule.max_catchup,
         )
-        if plan.dropped:
-            record_ticks(record.id, record.actor, "missed", plan.dropped)
-            _log.info(
-                "cron-ticks-missed",
-                schedule=record.id,
-                policy=schedule.missed,
-                dropped=plan.dropped,
-                running=len(plan.run),
-                since=expected.isoformat(),
-            )
+
+        def missed() -> None:  # reported by the worker whose claim won, once
+            if plan.dropped:
+                record_ticks(record.id, record.actor, "missed", plan.dropped)
+                _log.info(
+                    "cron-ticks-missed",
+                    schedule=record.id,
+                    policy=schedule.missed,
+                    dropped=plan.dropped,
+                    running=len(plan.run),
+                    since=expected.isoformat(),
+                )
+
         if not plan.run:
             async with transaction(self.engine) as conn:
                 stmt = q.claim_tick(conn.dialect.name, record.id, expected, plan.next_run_at)
-                await conn.execute(stmt)
+                won = (await conn.execute(stmt)).rowcount == 1
+            if won:
+                missed()
             return plan.next_run_at
         ref = self.actors[record.actor]
         if len(plan.run) > 1:
@@ -154,12 +159,17 @@ class Ticker:
                 record, ref, schedule, expected, plan.run, plan.next_run_at, now
             )
             if caught_up is not None:
+                if caught_up:
+                    missed()
                 return plan.next_run_at if caught_up else None
+        claimed = expected
         for i, tick in enumerate(plan.run):
             following = plan.run[i + 1] if i + 1 < len(plan.run) else plan.next_run_at
-            if not await self._enqueue_tick(record, ref, schedule, expected, tick, following, now):
+            if not await self._enqueue_tick(record, ref, schedule, claimed, tick, following, now):
                 return None  # another worker has this schedule now
-            expected = following
+            if i == 0:
+                missed()
+            claimed = following
         return plan.next_run_at
 
     def _scheduled_at(self, schedule: Schedule, tick: datetime, now: datetime) -> datetime | None:

@@ -207,7 +207,9 @@ async def test_disabled_schedules_and_other_actors_do_not_tick(
     assert enabled.next_run_at == clock.now() + timedelta(minutes=1)  # no catch-up
 
 
-async def test_ticks_are_counted_by_outcome(engine: AsyncEngine, clock: FakeClock) -> None:
+async def test_ticks_are_counted_by_outcome_once_fleet_wide(
+    engine: AsyncEngine, second_engine: AsyncEngine, clock: FakeClock
+) -> None:
     telemetry = otel()
     sid = f"metered-{engine.dialect.name}"
     await schedules(engine, clock).create(capped, Schedule(every=timedelta(minutes=1), id=sid))
@@ -217,7 +219,8 @@ async def test_ticks_are_counted_by_outcome(engine: AsyncEngine, clock: FakeCloc
     clock.advance(timedelta(minutes=1))
     await t.run_once()  # refused: the first is still pending (max_pending=1)
     clock.advance(timedelta(minutes=10))
-    await t.run_once()  # 9 missed ("latest" runs the tenth), refused again
+    other = ticker(second_engine, clock)  # a second worker racing: counts nothing twice
+    await asyncio.gather(t.run_once(), other.run_once())  # 9 missed, the tenth refused
     points = telemetry.points("taskq.cron.ticks", schedule=sid)
     assert points == {
         (("actor", "it-cron-capped"), ("outcome", "enqueued")): 1,
