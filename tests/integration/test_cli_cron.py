@@ -106,6 +106,8 @@ def test_create_get_list_and_the_switches(url: str, settings: TaskQSettings) -> 
     assert "schedule:     nightly" in out
     assert "missed:       all (max_catchup 3)" in out
     assert "last_run:     never" in out
+    [next_run] = [line for line in out.splitlines() if line.startswith("next_run:")]
+    assert "02:30:00 CE" in next_run  # the UTC instant, then Berlin's wall clock (CET/CEST)
 
 
 def test_run_now_records_the_job_and_get_shows_it(url: str, settings: TaskQSettings) -> None:

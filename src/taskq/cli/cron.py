@@ -20,6 +20,7 @@ import json
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
+from zoneinfo import ZoneInfo
 
 import click
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -48,6 +49,17 @@ def _when(value: datetime | None, empty: str = "-") -> str:
     return value.isoformat() if value is not None else empty
 
 
+def _local(record: ScheduleRecord) -> str:
+    """`` (the same on the schedule's wall clock)`` for a cron schedule outside UTC."""
+    if record.next_run_at is None or record.timezone == "UTC" or record.every is not None:
+        return ""
+    try:
+        local = record.next_run_at.astimezone(ZoneInfo(record.timezone))
+    except (ValueError, KeyError):
+        return ""
+    return f" ({local.strftime('%Y-%m-%d %H:%M:%S %Z')}, {record.timezone})"
+
+
 def format_schedule(record: ScheduleRecord, runs: Sequence[ScheduleRun] = ()) -> str:
     """A schedule as ``field: value`` lines, then its recent runs."""
     outcome = record.last_outcome or "-"
@@ -59,7 +71,7 @@ def format_schedule(record: ScheduleRecord, runs: Sequence[ScheduleRun] = ()) ->
         ("when", record.cron_expression),
         ("timezone", record.timezone),
         ("enabled", "yes" if record.enabled else "no"),
-        ("next_run", _when(record.next_run_at, "none" if record.enabled else "- (disabled)")),
+        ("next_run", _when(record.next_run_at, "none") + _local(record)),
         ("last_run", _when(record.last_run_at, "never")),
         ("last_tick", _when(record.last_tick_at)),
         ("last_outcome", outcome),
