@@ -24,7 +24,7 @@ from taskq.cron.schedule import Schedule, bind_schedule, validate_schedule_id
 from taskq.db.engine import transaction
 from taskq.db.queries import cron as q
 from taskq.exceptions import ScheduleExistsError, ScheduleNotFoundError
-from taskq.testing.clock import Clock, SystemClock
+from taskq.testing.clock import Clock
 
 if TYPE_CHECKING:
     from taskq.client import JobsClient
@@ -47,14 +47,24 @@ def _tick_of(key: str | None) -> datetime | None:
 
 
 class SchedulesClient:
-    """Operator-side schedule operations on ``engine``; ``jobs`` enqueues run-now jobs."""
+    """Operator-side schedule operations on ``engine``; ``jobs`` enqueues run-now jobs.
+
+    ``clock`` places a new or re-enabled schedule's first tick; by default the store's
+    clock, the one the workers' tickers go by.
+    """
 
     def __init__(
         self, engine: AsyncEngine, jobs: JobsClient, *, clock: Clock | None = None
     ) -> None:
         self.engine = engine
         self.jobs = jobs
-        self.clock: Clock = clock or SystemClock()
+        self.clock = clock
+
+    async def _now(self, conn: AsyncConnection) -> datetime:
+        if self.clock is not None:
+            return self.clock.now()
+        now: datetime = (await conn.execute(q.store_now(conn.dialect.name))).scalar_one()
+        return now
 
     async def _read(self, conn: AsyncConnection, schedule_id: str) -> ScheduleRecord:
         row = (await conn.execute(q.get(schedule_id))).mappings().first()
@@ -78,12 +88,10 @@ class SchedulesClient:
         """
         ref = _actor(actor)
         bound = bind_schedule(ref, schedule, default_id=True)
-        now = self.clock.now()
-        row = schedule_row(
-            ref.name, bound, origin="api", next_run_at=bound.timetable.next_after(now)
-        )
         try:
             async with transaction(self.engine) as conn:
+                first = bound.timetable.next_after(await self._now(conn))
+                row = schedule_row(ref.name, bound, origin="api", next_run_at=first)
                 await conn.execute(q.insert(conn.dialect.name, row, replace=replace))
                 return await self._read(conn, str(bound.id))
         except IntegrityError:
@@ -129,7 +137,7 @@ class SchedulesClient:
         async with transaction(self.engine) as conn:
             record = await self._read(conn, schedule_id)
             if not record.enabled:
-                nxt = record.schedule().timetable.next_after(self.clock.now())
+                nxt = record.schedule().timetable.next_after(await self._now(conn))
                 await conn.execute(q.set_enabled(conn.dialect.name, schedule_id, True, nxt))
                 record = await self._read(conn, schedule_id)
         return record
@@ -161,9 +169,9 @@ class SchedulesClient:
         record = await self.get(schedule_id)
         ref = _actor(record.actor)
         schedule = record.schedule()
-        now = self.clock.now()
         tick = f"manual-{uuid.uuid4().hex}"
         async with transaction(self.engine) as conn:
+            now = await self._now(conn)
             handle = await self.jobs.enqueue(
                 ref,
                 record.payload,

@@ -28,9 +28,11 @@ _log = structlog.get_logger("taskq.cron")
 
 
 async def sync_schedules(
-    conn: AsyncConnection, actors: Iterable[ActorRef[Any, Any]], *, now: datetime
+    conn: AsyncConnection, actors: Iterable[ActorRef[Any, Any]], *, now: datetime | None = None
 ) -> list[str]:
     """Upsert every code schedule of ``actors`` on ``conn``; return their ids.
+
+    A new schedule's first tick is the first after ``now`` (default: the store's clock).
 
     Raises ``ConfigurationError`` (variable ``schedules``) when one id is declared by two
     actors, or is stored for another actor: a schedule id names one schedule fleet-wide.
@@ -47,6 +49,8 @@ async def sync_schedules(
                     f"{owner[schedule.id]!r} and {ref.name!r}",
                 )
     dialect = conn.dialect.name
+    if now is None:
+        now = (await conn.execute(q.store_now(dialect))).scalar_one()
     for ref in refs:
         for schedule in ref.schedules:
             row = schedule_row(

@@ -45,7 +45,7 @@ from taskq.exceptions import (
     TaskQError,
 )
 from taskq.records import EnqueueArgs
-from taskq.testing.clock import Clock, SystemClock
+from taskq.testing.clock import Clock
 
 __all__ = ["POLL_S", "Ticker", "refusal_reason"]
 
@@ -68,7 +68,9 @@ def refusal_reason(exc: BaseException) -> str:
 class Ticker:
     """Evaluates the schedules of ``actors`` and enqueues their due ticks on ``client``.
 
-    ``clock`` (default: the system clock) decides what is due; ``rng`` draws the jitter.
+    ``clock`` decides what is due; by default it is the store's own clock (Postgres
+    ``clock_timestamp()``), read with the due schedules, so every worker agrees on the
+    time whatever its host's clock says. ``rng`` draws the jitter.
     """
 
     def __init__(
@@ -83,7 +85,9 @@ class Ticker:
         self.engine = engine
         self.client = client
         self.actors = dict(actors)
-        self.clock: Clock = clock or SystemClock()
+        self.clock = clock
+        self.now: datetime | None = None
+        """The time the last round went by (the store's clock unless ``clock`` is given)."""
         self.rng = rng or random.Random()
         self.enqueued = 0
         """Jobs this ticker has enqueued (ticks it won and that were not duplicates)."""
@@ -93,10 +97,14 @@ class Ticker:
         (the earliest next tick seen within :data:`POLL_S`, or ``None``)."""
         if not self.actors:
             return None
-        now = self.clock.now()
-        horizon = now + timedelta(seconds=POLL_S)
         async with transaction(self.engine, readonly=True) as conn:
+            if self.clock is not None:
+                now = self.clock.now()
+            else:
+                now = (await conn.execute(q.store_now(conn.dialect.name))).scalar_one()
+            horizon = now + timedelta(seconds=POLL_S)
             rows = (await conn.execute(q.due(horizon, self.actors))).mappings().all()
+        self.now = now
         wake: datetime | None = None
         for row in rows:
             record = ScheduleRecord.from_mapping(row)

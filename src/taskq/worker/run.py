@@ -39,7 +39,6 @@ from taskq.db.queries import worker as wq
 from taskq.di import ProviderRegistry
 from taskq.settings import WorkerSettings
 from taskq.telemetry import metrics_on
-from taskq.testing.clock import Clock, SystemClock
 from taskq.worker.boot import retry_boot_step
 from taskq.worker.cancel import CancelController
 from taskq.worker.dispatch import Dispatcher, run_sync_actor_tracked
@@ -156,8 +155,6 @@ class Worker:
             self.dispatcher.completer.on_event = self.progress.ended
         self.leader = LeaderLease(self.engine, self.worker_id, s.lock_lease.total_seconds())
         self.sweeper = Sweeper(self.engine, self.actors)
-        self.cron_clock: Clock = SystemClock()
-        """What the cron loop reads the time from (tests inject a ``FakeClock``)."""
         self.canceller = CancelController(
             self.engine,
             self.worker_id,
@@ -280,7 +277,7 @@ class Worker:
         s = self.settings
         async with transaction(self.engine) as conn:
             rows = await sync_actor_config(conn, self.actors.values())
-            await sync_schedules(conn, self.actors.values(), now=self.cron_clock.now())
+            await sync_schedules(conn, self.actors.values())
             await conn.execute(
                 wq.register_worker(
                     self.engine.dialect.name,
@@ -335,16 +332,19 @@ class Worker:
         from taskq.cron.ticker import POLL_S, Ticker
 
         client = JobsClient(SqlBackend(self.engine, settings=self.settings))
-        ticker = Ticker(self.engine, client, self.actors, clock=self.cron_clock)
+        ticker = Ticker(self.engine, client, self.actors)  # on the store's clock
         while True:
             wake = None
+            started = time.monotonic()
             try:
                 wake = await ticker.run_once()
             except (DBAPIError, SQLAlchemyError, OSError) as exc:
                 self._log.warning("worker-cron-failed", error=str(exc))
             delay = POLL_S
-            if wake is not None:
-                delay = min(POLL_S, max(0.05, (wake - self.cron_clock.now()).total_seconds()))
+            if wake is not None and ticker.now is not None:
+                # Until the next tick, by the clock the round read, less the round's own time.
+                left = (wake - ticker.now).total_seconds() - (time.monotonic() - started)
+                delay = min(POLL_S, max(0.05, left))
             if not await pause(self._stopping, delay):
                 return
 

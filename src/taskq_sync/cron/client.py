@@ -26,7 +26,7 @@ from taskq.cron.records import ScheduleRecord, ScheduleRun, schedule_row
 from taskq.cron.schedule import Schedule, bind_schedule, validate_schedule_id
 from taskq.db.queries import cron as q
 from taskq.exceptions import ScheduleExistsError, ScheduleNotFoundError
-from taskq.testing.clock import Clock, SystemClock
+from taskq.testing.clock import Clock
 from taskq_sync.db.engine import transaction
 
 if TYPE_CHECKING:
@@ -48,12 +48,22 @@ def _tick_of(key: str | None) -> datetime | None:
 
 
 class SchedulesClient:
-    """Operator-side schedule operations on ``engine``; ``jobs`` enqueues run-now jobs."""
+    """Operator-side schedule operations on ``engine``; ``jobs`` enqueues run-now jobs.
+
+    ``clock`` places a new or re-enabled schedule's first tick; by default the store's
+    clock, the one the workers' tickers go by.
+    """
 
     def __init__(self, engine: Engine, jobs: JobsClient, *, clock: Clock | None = None) -> None:
         self.engine = engine
         self.jobs = jobs
-        self.clock: Clock = clock or SystemClock()
+        self.clock = clock
+
+    def _now(self, conn: Connection) -> datetime:
+        if self.clock is not None:
+            return self.clock.now()
+        now: datetime = conn.execute(q.store_now(conn.dialect.name)).scalar_one()
+        return now
 
     def _read(self, conn: Connection, schedule_id: str) -> ScheduleRecord:
         row = conn.execute(q.get(schedule_id)).mappings().first()
@@ -77,12 +87,10 @@ class SchedulesClient:
         """
         ref = _actor(actor)
         bound = bind_schedule(ref, schedule, default_id=True)
-        now = self.clock.now()
-        row = schedule_row(
-            ref.name, bound, origin="api", next_run_at=bound.timetable.next_after(now)
-        )
         try:
             with transaction(self.engine) as conn:
+                first = bound.timetable.next_after(self._now(conn))
+                row = schedule_row(ref.name, bound, origin="api", next_run_at=first)
                 conn.execute(q.insert(conn.dialect.name, row, replace=replace))
                 return self._read(conn, str(bound.id))
         except IntegrityError:
@@ -128,7 +136,7 @@ class SchedulesClient:
         with transaction(self.engine) as conn:
             record = self._read(conn, schedule_id)
             if not record.enabled:
-                nxt = record.schedule().timetable.next_after(self.clock.now())
+                nxt = record.schedule().timetable.next_after(self._now(conn))
                 conn.execute(q.set_enabled(conn.dialect.name, schedule_id, True, nxt))
                 record = self._read(conn, schedule_id)
         return record
@@ -160,9 +168,9 @@ class SchedulesClient:
         record = self.get(schedule_id)
         ref = _actor(record.actor)
         schedule = record.schedule()
-        now = self.clock.now()
         tick = f"manual-{uuid.uuid4().hex}"
         with transaction(self.engine) as conn:
+            now = self._now(conn)
             handle = self.jobs.enqueue(
                 ref,
                 record.payload,

@@ -20,11 +20,13 @@ from taskq.client import JobsClient
 from taskq.cron import Schedule
 from taskq.cron.client import SchedulesClient
 from taskq.cron.ticker import Ticker
+from taskq.cron.ticks import tick_id
 from taskq.db.engine import make_engine, transaction
 from taskq.db.tables import cron_schedules, jobs
 from taskq.settings import TaskQSettings
 from taskq.testing.clock import FakeClock
 from tests.support.otel import otel
+from tests.support.workers import wait_until
 
 START = datetime(2026, 6, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -243,3 +245,21 @@ async def test_a_catch_up_refused_midway_goes_tick_by_tick(
     assert (record.enqueued_count, record.refused_count) == (1, 3)
     assert record.last_tick_at == START + timedelta(minutes=4)
     assert record.next_run_at == START + timedelta(minutes=5)
+
+
+async def test_without_a_clock_the_ticker_goes_by_the_stores(engine: AsyncEngine) -> None:
+    sc = SchedulesClient(engine, JobsClient(SqlBackend(engine)))  # the store's clock too
+    created = await sc.create(tick, Schedule(cron="*/1 * * * * *", id="store-clock"))
+    assert created.next_run_at is not None
+    t = Ticker(engine, JobsClient(SqlBackend(engine)), {tick.name: tick})
+
+    async def ran() -> bool:
+        await t.run_once()
+        return len(await cron_jobs(engine)) >= 2
+
+    await wait_until(ran, timeout=30, interval=0.2)
+    assert t.now is not None
+    assert t.now >= created.next_run_at
+    keys = [r.idempotency_key for r in await cron_jobs(engine)]
+    assert len(keys) == len(set(keys))
+    assert keys[0] >= f"cron:{tick_id(created.next_run_at)}:store-clock"

@@ -13,10 +13,11 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Select, and_, case, delete, func, or_, select, update
+from sqlalchemy import Select, and_, case, delete, func, or_, select, type_coerce, update
 
 from taskq.db import dialect as dialects
 from taskq.db.tables import cron_schedules, jobs
+from taskq.db.types import UTCDateTime
 
 __all__ = [
     "TICK_KEY_PREFIX",
@@ -33,6 +34,7 @@ __all__ = [
     "list_all",
     "record_tick",
     "set_enabled",
+    "store_now",
     "tick_key",
     "upsert_code",
 ]
@@ -253,3 +255,8 @@ def count_by_actor() -> Select[Any]:
     """``(actor, enabled, count)`` over every schedule (the admin page's per-actor counts)."""
     c = cron_schedules.c
     return select(c.actor, c.enabled, func.count()).group_by(c.actor, c.enabled)
+
+
+def store_now(dialect: str) -> Select[Any]:
+    """The store's clock as an aware UTC datetime: what the ticker decides "due" by."""
+    return select(type_coerce(dialects.now(dialect), UTCDateTime()))
