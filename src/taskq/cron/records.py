@@ -44,7 +44,8 @@ class ScheduleRecord:
     """One ``cron_schedules`` row: the definition, the state and the last tick's outcome.
 
     ``last_outcome`` is what the last tick or run-now did: ``enqueued``,
-    ``deduplicated`` (the tick's job already existed), ``refused:max_pending``,
+    ``deduplicated`` (the enqueue matched an existing job: the tick's own, or one in the
+    actor's ``unique_for`` window for the schedule's ``identity_key``), ``refused:max_pending``,
     ``refused:singleton``, ``refused:invalid-payload``, ``refused:error`` or
     ``invalid`` (the stored definition no longer parses; ``next_run_at`` is then empty).
     ``last_job_status`` is the current status of ``last_job_id``'s job, when read.
