@@ -229,3 +229,20 @@ async def test_the_sync_facade_operates_schedules(
         assert [r.id for r in tq.schedules.list()] == ["sync-made"]
         tq.schedules.delete("sync-made")
         assert tq.schedules.list() == []
+
+
+async def test_a_worker_whose_schedule_id_belongs_to_another_actor_does_not_boot(
+    engine_url: str | URL, engine: AsyncEngine
+) -> None:
+    from taskq.db.tables import workers
+    from taskq.worker.run import Worker
+
+    await sync(engine, report)
+    worker = Worker(
+        settings=worker_settings(engine_url), actors={other.name: other}, hard_exit=False
+    )
+    with pytest.raises(ConfigurationError, match="is stored for actor 'it-sched-report'"):
+        await worker.run()
+    async with engine.connect() as conn:
+        assert (await conn.execute(select(workers.c.id))).all() == []  # nothing registered
+    assert (await rows(engine))["it-sched-report-5m"].actor == "it-sched-report"
