@@ -17,6 +17,7 @@ from taskq.exceptions import (
     TaskQError,
 )
 from taskq.handle import JobHandles
+from taskq.job_filter import JobFilter
 from taskq.retry import RetryOverride, RetryPolicy
 
 __version__ = "0.1.0"
@@ -27,6 +28,7 @@ __all__ = [
     "JobCancelledError",
     "JobContext",
     "JobFailedError",
+    "JobFilter",
     "JobHandle",
     "JobHandles",
     "JobsClient",

@@ -27,6 +27,8 @@ from taskq.bulk_rows import BulkOutcomes, BulkRows
 from taskq.db.engine import make_engine
 from taskq.exceptions import JobNotFoundError
 from taskq.handle import JobHandle, JobHandles
+from taskq.ops.jobs import JobOperations
+from taskq.ops.workers import WorkersClient
 from taskq.records import (
     ITEM_OPTIONS,
     EnqueueArgs,
@@ -55,8 +57,10 @@ def _resolve(actor: ActorRef[Any, Any] | str) -> ActorRef[Any, Any]:
     raise TypeError(f"enqueue takes an ActorRef or an actor name, got {type(actor).__name__}")
 
 
-class JobsClient:
-    """Enqueue jobs and look them up, on any :class:`~taskq.backends.base.Backend`."""
+class JobsClient(JobOperations):
+    """Enqueue jobs and look them up, on any :class:`~taskq.backends.base.Backend`; on a
+    SQL backend also the operator's job operations (list, count, cancel_where, retry,
+    purge: :class:`~taskq.ops.jobs.JobOperations`)."""
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
@@ -174,8 +178,8 @@ class JobsClient:
 
 
 class TaskQ:
-    """The application's handle on taskq: owns an engine, exposes ``jobs``, ``actors`` and
-    ``queues``.
+    """The application's handle on taskq: owns an engine, exposes ``jobs``, ``actors``,
+    ``queues`` and ``workers``.
 
     ``async with TaskQ(dsn=...) as tq: await tq.jobs.enqueue(...)``. ``dsn`` is a
     SQLAlchemy URL (a plain ``postgresql://`` means psycopg); without it,
@@ -201,6 +205,7 @@ class TaskQ:
         self.jobs = JobsClient(self.backend)
         self.actors = ActorsClient(self.engine, settings=self.settings)
         self.queues = QueuesClient(self.engine, settings=self.settings)
+        self.workers = WorkersClient(self.engine)
 
     async def __aenter__(self) -> TaskQ:
         return self

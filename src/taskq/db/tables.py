@@ -166,6 +166,14 @@ Index(
     postgresql_where=text("parent_job_id IS NOT NULL"),
     sqlite_where=text("parent_job_id IS NOT NULL"),
 )
+# Operations: list pages newest first (keyset on created_at, id) and purge by finish time.
+Index("ix_jobs_created", jobs.c.created_at, jobs.c.id)
+Index(
+    "ix_jobs_finished",
+    jobs.c.finished_at,
+    postgresql_where=text("finished_at IS NOT NULL"),
+    sqlite_where=text("finished_at IS NOT NULL"),
+)
 
 job_attempts = Table(
     "job_attempts",
