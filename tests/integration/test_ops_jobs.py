@@ -4,10 +4,11 @@ Postgres and SQLite, through the async client and the generated ``taskq_sync`` o
 from __future__ import annotations
 
 import asyncio
+import uuid
 import inspect
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -149,7 +150,7 @@ async def test_detail_has_every_attempt(ops: Ops) -> None:
     assert detail.attempts[1].traceback is not None
     assert detail.to_json()["attempts"][0]["outcome"] == "retried"
     with pytest.raises(JobNotFoundError):
-        await ops("detail", s.uuid.uuid4())
+        await ops("detail", uuid.uuid4())
 
 
 async def test_cancel_where_cancels_queued_and_asks_running_jobs(ops: Ops) -> None:
@@ -211,7 +212,7 @@ async def test_retry_refuses_what_it_cannot_retry_and_changes_nothing(ops: Ops) 
             await ops("retry", job_id)
         assert (info.value.job_id, info.value.status) == (job_id, status)
     with pytest.raises(JobNotFoundError):
-        await ops("retry", s.uuid.uuid4())
+        await ops("retry", uuid.uuid4())
     assert await s.rows(ops.engine) == before
 
 
@@ -252,7 +253,7 @@ async def test_purge_deletes_old_finished_jobs_in_batches(ops: Ops) -> None:
     recent = await s.seed(e, 2, status="succeeded")
     async with e.begin() as conn:
         await conn.execute(
-            update(jobs).where(jobs.c.id.in_(recent)).values(finished_at=s.datetime.now(s.UTC))
+            update(jobs).where(jobs.c.id.in_(recent)).values(finished_at=datetime.now(UTC))
         )
     progress: list[int] = []
     result = await ops(
@@ -299,7 +300,7 @@ async def test_bad_arguments_raise_and_change_nothing(
         ({"status": []}, "is empty"),
         ({"actor": "has space"}, "invalid actor name"),
         ({"queue": "a:b"}, "invalid queue name"),
-        ({"created_after": s.datetime(2026, 1, 1)}, "naive datetime"),
+        ({"created_after": datetime(2026, 1, 1)}, "naive datetime"),
         ({"created_after": s.BASE, "created_before": s.BASE}, "earlier than"),
         ({"parent_job_id": "nope"}, "is not a UUID"),
         ({"tags": [""]}, "1 to 200 characters"),
