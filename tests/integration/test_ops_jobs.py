@@ -4,8 +4,8 @@ Postgres and SQLite, through the async client and the generated ``taskq_sync`` o
 from __future__ import annotations
 
 import asyncio
-import uuid
 import inspect
+import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta

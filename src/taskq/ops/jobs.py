@@ -245,7 +245,7 @@ class JobOperations:
                 done = await _retry_rows(conn, rows)
             # Retried rows no longer match; the keyset steps past the ones left (blocked
             # singletons) so no row is read twice.
-            after = max(r["id"] for r in rows)
+            after = max([r["id"] for r in rows])
             retried += done.retried
             for status, n in done.by_status.items():
                 by_status[status] = by_status.get(status, 0) + n

@@ -225,7 +225,7 @@ class JobOperations:
                 if not rows:
                     break
                 done = _retry_rows(conn, rows)
-            after = max((r["id"] for r in rows))
+            after = max([r["id"] for r in rows])
             retried += done.retried
             for status, n in done.by_status.items():
                 by_status[status] = by_status.get(status, 0) + n
