@@ -168,20 +168,19 @@ def _uuid(value: object, what: str) -> UUID:
     raise TypeError(f"JobFilter.{what} must be a UUID or a str")
 
 
-def encode_cursor(created_at: datetime, job_id: UUID) -> str:
-    """The opaque cursor after the job created at ``created_at`` with id ``job_id``."""
-    raw = json.dumps([created_at.isoformat(), str(job_id)]).encode()
+def encode_cursor(created_at: str, job_id: UUID) -> str:
+    """The opaque cursor after the job with id ``job_id`` created at ``created_at`` (the
+    timestamp as the store orders it: ISO 8601 on Postgres, the stored text on SQLite)."""
+    raw = json.dumps([created_at, str(job_id)]).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str) -> tuple[datetime, UUID]:
+def decode_cursor(cursor: str) -> tuple[str, UUID]:
     """``(created_at, id)`` from :func:`encode_cursor`'s string; ``ValueError`` if it is not one."""
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
         created, job_id = json.loads(base64.urlsafe_b64decode(padded.encode()))
-        at = datetime.fromisoformat(created)
-        if at.tzinfo is None:
-            raise ValueError("naive")
-        return at, UUID(job_id)
+        datetime.fromisoformat(created)  # a timestamp, whichever store wrote it
+        return str(created), UUID(job_id)
     except (ValueError, TypeError, binascii.Error, json.JSONDecodeError):
         raise ValueError(f"invalid cursor {cursor!r}: pass the next_cursor of a page") from None

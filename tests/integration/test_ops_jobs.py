@@ -12,10 +12,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 from sqlalchemy import update
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from taskq import actor
 from taskq.client import TaskQ
 from taskq.db.tables import jobs
 from taskq.exceptions import JobNotFoundError, JobNotRetryableError, SingletonCollisionError
@@ -127,6 +129,33 @@ async def test_list_pages_by_keyset_newest_first(ops: Ops) -> None:
     assert seen == list(reversed(made))
     with pytest.raises(ValueError, match="invalid cursor"):
         await ops("list", JobFilter(), after="not-a-cursor")
+
+
+class Item(BaseModel):
+    n: int
+
+
+@actor(name="ops_paged_item")
+async def paged_item(payload: Item) -> None: ...
+
+
+async def test_list_pages_jobs_that_share_a_timestamp(ops: Ops) -> None:
+    """Enqueued together, jobs share ``created_at`` (one clock reading on Postgres, the
+    same millisecond on SQLite): the id breaks the tie and no page repeats or skips one."""
+    await ops("enqueue_many", [(paged_item, Item(n=i)) for i in range(40)])
+    for i in range(5):
+        await ops("enqueue", paged_item, Item(n=100 + i))
+    seen: list[Any] = []
+    after = None
+    while True:
+        page = await ops("list", JobFilter(actor="ops_paged_item"), limit=7, after=after)
+        seen.extend(j.id for j in page.jobs)
+        if page.next_cursor is None:
+            break
+        after = page.next_cursor
+    assert len(seen) == len(set(seen)) == 45
+    everything = await ops("list", JobFilter(actor="ops_paged_item"), limit=1000)
+    assert seen == [j.id for j in everything.jobs]
 
 
 async def test_count_stops_at_the_cap(ops: Ops) -> None:

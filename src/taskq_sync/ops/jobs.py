@@ -107,8 +107,9 @@ class JobOperations:
         records = [JobRecord.from_mapping(r) for r in rows[:size]]
         cursor = None
         if len(rows) > size:
-            last = records[-1]
-            cursor = encode_cursor(last.created_at, last.id)
+            last = rows[size - 1]
+            at = last["cursor_created_at"]
+            cursor = encode_cursor(at if isinstance(at, str) else at.isoformat(), last["id"])
         return JobPage(records, cursor)
 
     def count(self, filter: JobFilter | None = None, *, cap: int = DEFAULT_COUNT_CAP) -> JobCount:

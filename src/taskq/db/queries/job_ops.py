@@ -16,6 +16,7 @@ from uuid import UUID
 
 from sqlalchemy import (
     Select,
+    String,
     and_,
     bindparam,
     case,
@@ -121,15 +122,30 @@ def _restrict(flt: JobFilter, statuses: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def list_page(
-    dialect: str, flt: JobFilter, limit: int, after: tuple[datetime, UUID] | None
+    dialect: str, flt: JobFilter, limit: int, after: tuple[str, UUID] | None
 ) -> Select[Any]:
-    """Up to ``limit`` jobs matching ``flt``, newest first, after the keyset ``after``."""
-    stmt = select(jobs).where(*filter_conditions(dialect, flt))
+    """Up to ``limit`` jobs matching ``flt``, newest first, after the keyset ``after``.
+
+    Each row carries ``cursor_created_at``: its ``created_at`` as the store orders it
+    (SQLite compares the stored text, whose precision depends on who wrote the row, so
+    the keyset is that text there, not a re-formatted timestamp).
+    """
+    created: ColumnElement[Any] = jobs.c.created_at
+    if dialect == "sqlite":
+        created = type_coerce(jobs.c.created_at, String())
+    stmt = select(jobs, created.label("cursor_created_at")).where(*filter_conditions(dialect, flt))
     if after is not None:
         at, job_id = after
+        bound: ColumnElement[Any]
+        if dialect == "sqlite":
+            bound = literal(at, String())
+        else:
+            moment = datetime.fromisoformat(at)
+            if moment.tzinfo is None:
+                raise ValueError("invalid cursor: its timestamp has no time zone")
+            bound = literal(moment, UTCDateTime())
         stmt = stmt.where(
-            tuple_(jobs.c.created_at, jobs.c.id)
-            < tuple_(literal(at, UTCDateTime()), literal(job_id, jobs.c.id.type))
+            tuple_(created, jobs.c.id) < tuple_(bound, literal(job_id, jobs.c.id.type))
         )
     return stmt.order_by(jobs.c.created_at.desc(), jobs.c.id.desc()).limit(limit)
 
