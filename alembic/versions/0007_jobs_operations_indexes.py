@@ -1,8 +1,11 @@
 """jobs: indexes for the operations layer (list pages, purge)
 
 ``ix_jobs_created (created_at, id)`` serves ``tq.jobs.list`` (newest first, keyset
-pagination) and its time-range filters; ``ix_jobs_finished (finished_at)``, partial on
-finished rows, serves ``tq.jobs.purge``. No table rewrite. ``CREATE INDEX`` blocks writes
+pagination), its time-range filters and capped counts, ``ix_jobs_queue_created`` the
+same per queue; ``ix_jobs_finished (finished_at)``,
+partial on finished rows, serves ``tq.jobs.purge``; ``ix_jobs_tags`` (GIN on Postgres)
+serves tag filters (``jsonb @>``; partial: tagged rows only) and ``ix_jobs_error_class`` (partial, rows with an
+error class) error-class filters. No table rewrite. ``CREATE INDEX`` blocks writes
 to ``jobs`` while it builds: on a large Postgres table, create both beforehand with
 ``CREATE INDEX CONCURRENTLY`` under the same names and this migration leaves them be
 (``IF NOT EXISTS``).
@@ -31,6 +34,26 @@ def upgrade() -> None:
             "ix_jobs_created", ["created_at", "id"], unique=False, if_not_exists=True
         )
         batch_op.create_index(
+            "ix_jobs_queue_created", ["queue", "created_at"], unique=False, if_not_exists=True
+        )
+        batch_op.create_index(
+            "ix_jobs_tags",
+            ["tags"],
+            unique=False,
+            postgresql_using="gin",
+            postgresql_where=sa.text("tags <> '[]'"),
+            sqlite_where=sa.text("tags <> '[]'"),
+            if_not_exists=True,
+        )
+        batch_op.create_index(
+            "ix_jobs_error_class",
+            ["error_class", "created_at"],
+            unique=False,
+            postgresql_where=sa.text("error_class IS NOT NULL"),
+            sqlite_where=sa.text("error_class IS NOT NULL"),
+            if_not_exists=True,
+        )
+        batch_op.create_index(
             "ix_jobs_finished",
             ["finished_at"],
             unique=False,
@@ -43,4 +66,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     with op.batch_alter_table("jobs", schema=None) as batch_op:
         batch_op.drop_index("ix_jobs_finished")
+        batch_op.drop_index("ix_jobs_error_class")
+        batch_op.drop_index("ix_jobs_tags")
+        batch_op.drop_index("ix_jobs_queue_created")
         batch_op.drop_index("ix_jobs_created")

@@ -25,6 +25,7 @@ from sqlalchemy import (
     exists,
     func,
     literal,
+    literal_column,
     null,
     select,
     tuple_,
@@ -63,9 +64,12 @@ RETRYABLE = ("failed", "cancelled", "crashed", "abandoned")
 
 
 def _has_tags(dialect: str, tags: tuple[str, ...]) -> ColumnElement[bool]:
+    # ``tags <> '[]'`` is implied by any tag matching; it is spelled out so the planner
+    # can use the partial index ix_jobs_tags (tagged rows only).
+    tagged = jobs.c.tags != literal_column("'[]'")
     if dialect == "postgresql":
-        # jsonb @> '["a", "b"]': every tag present (a GIN index on tags can serve it).
-        return type_coerce(jobs.c.tags, JSONB()).contains(list(tags))
+        # jsonb @> '["a", "b"]': every tag present (the GIN index serves it).
+        return and_(tagged, type_coerce(jobs.c.tags, JSONB()).contains(list(tags)))
     value: ColumnClause[Any] = column("value")
     conds = [
         exists(
@@ -75,7 +79,7 @@ def _has_tags(dialect: str, tags: tuple[str, ...]) -> ColumnElement[bool]:
         )
         for tag in tags
     ]
-    return and_(*conds)
+    return and_(tagged, *conds)
 
 
 def filter_conditions(dialect: str, flt: JobFilter) -> list[ColumnElement[bool]]:
@@ -152,10 +156,12 @@ def list_page(
 
 def count_capped(dialect: str, flt: JobFilter, cap: int) -> Select[Any]:
     """How many jobs match ``flt``, counting at most ``cap + 1`` rows (so the cost is bounded)."""
+    # Ordered like a list page: with no selective index for the filter the count walks
+    # ix_jobs_created (index only) and stops after cap + 1 matches.
     inner = (
-        select(literal(1).label("one"))
-        .select_from(jobs)
+        select(jobs.c.created_at)
         .where(*filter_conditions(dialect, flt))
+        .order_by(jobs.c.created_at.desc())
         .limit(cap + 1)
     )
     return select(func.count()).select_from(inner.subquery("matching"))
