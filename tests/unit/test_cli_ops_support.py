@@ -35,9 +35,7 @@ def test_anything_else_is_a_usage_error(text: str) -> None:
 
 
 def test_tables_are_cut_to_the_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(
-        support.shutil, "get_terminal_size", lambda fallback: os.terminal_size((30, 24))
-    )
+    monkeypatch.setattr("shutil.get_terminal_size", lambda fallback: os.terminal_size((30, 24)))
     out = support.table(("A", "LONG"), [("x", "y" * 40), ("zz", "w")]).splitlines()
     assert all(len(line) <= 30 for line in out)
     assert out[1].endswith("…")
