@@ -27,6 +27,7 @@ from taskq.db.tables import rate_limit_buckets
 from taskq.ratelimit.decision import RateLimitState
 from taskq.settings import TaskQSettings
 from taskq_sync.db.engine import transaction
+from taskq_sync.ratelimit import _sql
 from taskq_sync.ratelimit.registry import RateLimitRegistry
 from taskq_sync.ratelimit.sliding_window import SlidingWindow
 from taskq_sync.ratelimit.token_bucket import TokenBucket
@@ -123,6 +124,7 @@ class RateLimitsClient:
         self.registry = registry if registry is not None else default_registry
         self.redis_client = redis_client
         self.settings = settings
+        self._rows: dict[str, dict[str, Any]] = {}
 
     def register_actors(self, actors: Iterable[ActorRef[Any, Any]]) -> None:
         """Register the rate-limit primitives ``actors`` declare (as a worker does at boot)."""
@@ -135,10 +137,12 @@ class RateLimitsClient:
         found: dict[str, tuple[RateLimit, str]] = {
             name: (p, "registry") for name, p in self.registry.rate_limits().items()
         }
+        self._rows = {}
         with transaction(self.engine, readonly=True) as conn:
             rows = conn.execute(select(rate_limit_buckets)).mappings().all()
         for row in rows:
             name = str(row["bucket_name"])
+            self._rows[name] = dict(row)
             if name not in found:
                 rebuilt = _rebuild(row)
                 if rebuilt is not None:
@@ -174,7 +178,18 @@ class RateLimitsClient:
         if found is None:
             raise KeyError(f"no rate limit named {name!r} is registered or stored")
         primitive, source = found
+        row = self._rows.get(name)
         primitive.reset(redis_client=self.redis_client, pg_pool=self.engine, settings=self.settings)
+        if row is not None:
+            _sql.sql_publish(
+                self.engine,
+                name,
+                kind=row["kind"],
+                capacity=row["capacity"],
+                refill_per_second=row["refill_per_second"],
+                window_s=row["window_s"],
+                config=row["config"] if isinstance(row["config"], dict) else {},
+            )
         _log.warning(
             "ratelimit-reset bucket=%s backend=%s source=%s", name, primitive.backend, source
         )
