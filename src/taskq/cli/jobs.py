@@ -14,6 +14,8 @@ so the CLI, the admin UI and application code act the same way::
 from __future__ import annotations
 
 import json
+import sys
+from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -205,7 +207,11 @@ def cancel_cmd(
         click.echo(f"job {jid}: {outcome}")
 
 
-def _matching(settings: TaskQSettings, flt: JobFilter) -> int:
+def _matching(settings: TaskQSettings, flt: JobFilter, *, needed: bool) -> int:
+    """How many jobs ``flt`` matches (capped at a million), for the question and the
+    progress bar; 0 without counting when neither will be shown."""
+    if not needed and not sys.stdout.isatty():
+        return 0
     counted = run_ops(settings, lambda e: _client(e, settings).count(flt, cap=1_000_000))
     return counted.count
 
@@ -234,7 +240,7 @@ def cancel_where_cmd(
     if not flt.to_json():
         raise click.UsageError("give at least one filter option (refusing to cancel every job)")
     settings = load_settings(database_url, schema_name)
-    total = _matching(settings, flt)
+    total = _matching(settings, flt, needed=not yes)
     confirm(f"cancel the active ones among {total} matching job(s)?", yes=yes)
     with progress("cancelling", total) as on_batch:
         result = run_ops(
@@ -289,7 +295,7 @@ def retry_where_cmd(
     if not flt.to_json():
         raise click.UsageError("give at least one filter option (refusing to retry every job)")
     settings = load_settings(database_url, schema_name)
-    total = _matching(settings, flt)
+    total = _matching(settings, flt, needed=not yes)
     confirm(f"retry the finished-unsuccessfully ones among {total} matching job(s)?", yes=yes)
     with progress("retrying", total) as on_batch:
         result = run_ops(
@@ -334,8 +340,8 @@ def purge_cmd(
     chosen = statuses or TERMINAL_STATUSES
     settings = load_settings(database_url, schema_name)
     confirm(f"delete {'/'.join(chosen)} jobs finished more than {older_than} ago?", yes=yes)
-    flt = JobFilter(status=list(chosen))
-    with progress("purging", _matching(settings, flt)) as on_batch:
+    flt = JobFilter(status=list(chosen), finished_before=datetime.now(UTC) - age)
+    with progress("purging", _matching(settings, flt, needed=False)) as on_batch:
         result = run_ops(
             settings,
             lambda e: _client(e, settings).purge(
