@@ -9,7 +9,6 @@ the command that fixes it).
 
 from __future__ import annotations
 
-import asyncio
 import re
 import shutil
 import sys
@@ -20,12 +19,10 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 import click
-from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from taskq.cli.options import where
-from taskq.db.engine import make_engine
-from taskq.exceptions import SchemaNotReady, TaskQError
+from taskq.cli.options import DatabaseUnavailable, run_db
+from taskq.exceptions import TaskQError
 from taskq.job_filter import JobFilter
 from taskq.settings import TaskQSettings
 
@@ -46,12 +43,6 @@ T = TypeVar("T")
 
 _DURATION = re.compile(r"(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
 _UNITS = ("weeks", "days", "hours", "minutes", "seconds")
-
-
-class DatabaseUnavailable(click.ClickException):
-    """The database cannot be reached or is not migrated (exit 3)."""
-
-    exit_code = 3
 
 
 class Refused(click.ClickException):
@@ -218,27 +209,9 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def run_ops(settings: TaskQSettings, action: Callable[[AsyncEngine], Awaitable[T]]) -> T:
-    """Run ``action`` on a fresh engine, disposed of afterwards; map the failures to exit
-    codes (3: unreachable or not migrated; 1: a library refusal)."""
+    """:func:`~taskq.cli.options.run_db` (exit 3 when the database is unreachable or not
+    migrated), with the library's refusals turned into exit 1 and their fields."""
     try:
-        engine = make_engine(settings.effective_database_url, settings=settings)
-    except (ArgumentError, ValueError) as exc:
-        raise click.BadParameter(str(exc), param_hint="--database-url") from None
-
-    async def go() -> T:
-        try:
-            return await action(engine)
-        finally:
-            await engine.dispose()
-
-    try:
-        return asyncio.run(go())
-    except SchemaNotReady as exc:
-        raise DatabaseUnavailable(f"{where(settings)}: {exc}") from None
-    except (OperationalError, DBAPIError) as exc:
-        raise DatabaseUnavailable(
-            f"cannot reach {where(settings)}: {exc.orig} (check --database-url; "
-            "a new database needs: taskq migrate up)"
-        ) from None
+        return run_db(settings, action)
     except TaskQError as exc:
         raise Refused.of(exc) from None
