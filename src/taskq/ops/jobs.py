@@ -294,6 +294,7 @@ class JobOperations:
             async with transaction(engine) as conn:
                 ids = list((await conn.execute(pick)).scalars())
                 if ids:
+                    await conn.execute(q.purge_attempts(ids))
                     deleted += (await conn.execute(q.purge_batch(ids))).rowcount
             if not ids:
                 break

@@ -271,6 +271,7 @@ class JobOperations:
             with transaction(engine) as conn:
                 ids = list(conn.execute(pick).scalars())
                 if ids:
+                    conn.execute(q.purge_attempts(ids))
                     deleted += conn.execute(q.purge_batch(ids)).rowcount
             if not ids:
                 break

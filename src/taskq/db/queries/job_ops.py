@@ -49,6 +49,7 @@ __all__ = [
     "count_capped",
     "filter_conditions",
     "list_page",
+    "purge_attempts",
     "purge_batch",
     "purge_batch_ids",
     "remaining_cancellable",
@@ -339,6 +340,12 @@ def purge_batch_ids(
     return stmt
 
 
+def purge_attempts(ids: list[UUID]) -> Any:
+    """Delete the attempts of jobs ``ids`` (explicitly: a SQLite connection made without
+    ``PRAGMA foreign_keys = ON`` would not cascade)."""
+    return delete(job_attempts).where(job_attempts.c.job_id.in_(ids))
+
+
 def purge_batch(ids: list[UUID]) -> Any:
-    """Delete the jobs ``ids`` (their attempts go with them: ``ON DELETE CASCADE``)."""
+    """Delete the jobs ``ids`` that are still finished (after :func:`purge_attempts`)."""
     return delete(jobs).where(jobs.c.id.in_(ids), jobs.c.status.in_(TERMINAL_STATUSES))
