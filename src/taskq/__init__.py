@@ -18,6 +18,7 @@ from taskq.exceptions import (
     TaskQError,
 )
 from taskq.handle import JobHandles
+from taskq.job_filter import JobFilter
 from taskq.retry import RetryOverride, RetryPolicy
 
 __version__ = "0.1.0"
@@ -28,6 +29,7 @@ __all__ = [
     "JobCancelledError",
     "JobContext",
     "JobFailedError",
+    "JobFilter",
     "JobHandle",
     "JobHandles",
     "JobsClient",

@@ -279,3 +279,25 @@ class QueuesClient:
             row = (await conn.execute(stmt)).mappings().one()
             actors = [str(a) for _, a in (await conn.execute(qq.actors_by_queue(queue))).all()]
         return QueueConfig.of(queue, row, actors)
+
+    async def pause(self, queue: str) -> QueueConfig:
+        """Stop dispatch from ``queue``: workers claim none of its jobs until :meth:`resume`
+        (running jobs finish; enqueues still succeed). Takes effect at the next claim,
+        no restart. Idempotent; a bad name is a ``ValueError`` and changes nothing."""
+        return await self._set_paused(queue, True)
+
+    async def resume(self, queue: str) -> QueueConfig:
+        """Let workers claim ``queue``'s jobs again (idempotent)."""
+        return await self._set_paused(queue, False)
+
+    async def _set_paused(self, queue: str, paused: bool) -> QueueConfig:
+        validate_queue_name(queue)
+        async with transaction(self.engine) as conn:
+            row = (
+                (await conn.execute(qq.upsert_paused(conn.dialect.name, queue, paused)))
+                .mappings()
+                .one()
+            )
+            actors = [str(a) for _, a in (await conn.execute(qq.actors_by_queue(queue))).all()]
+        _log.info("queue-paused" if paused else "queue-resumed", queue=queue)
+        return QueueConfig.of(queue, row, actors)

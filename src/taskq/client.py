@@ -28,6 +28,8 @@ from taskq.cron.client import SchedulesClient
 from taskq.db.engine import make_engine
 from taskq.exceptions import JobNotFoundError
 from taskq.handle import JobHandle, JobHandles
+from taskq.ops.jobs import JobOperations
+from taskq.ops.workers import WorkersClient
 from taskq.records import (
     ITEM_OPTIONS,
     EnqueueArgs,
@@ -56,8 +58,10 @@ def _resolve(actor: ActorRef[Any, Any] | str) -> ActorRef[Any, Any]:
     raise TypeError(f"enqueue takes an ActorRef or an actor name, got {type(actor).__name__}")
 
 
-class JobsClient:
-    """Enqueue jobs and look them up, on any :class:`~taskq.backends.base.Backend`."""
+class JobsClient(JobOperations):
+    """Enqueue jobs and look them up, on any :class:`~taskq.backends.base.Backend`; on a
+    SQL backend also the operator's job operations (list, count, cancel_where, retry,
+    purge: :class:`~taskq.ops.jobs.JobOperations`)."""
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
@@ -176,7 +180,7 @@ class JobsClient:
 
 class TaskQ:
     """The application's handle on taskq: owns an engine, exposes ``jobs``, ``actors``,
-    ``queues`` and ``schedules``.
+    ``queues``, ``workers`` and ``schedules``.
 
     ``async with TaskQ(dsn=...) as tq: await tq.jobs.enqueue(...)``. ``dsn`` is a
     SQLAlchemy URL (a plain ``postgresql://`` means psycopg); without it,
@@ -203,6 +207,7 @@ class TaskQ:
         self.actors = ActorsClient(self.engine, settings=self.settings)
         self.queues = QueuesClient(self.engine, settings=self.settings)
         self.schedules = SchedulesClient(self.engine, self.jobs)
+        self.workers = WorkersClient(self.engine)
 
     async def __aenter__(self) -> TaskQ:
         return self

@@ -21,6 +21,7 @@ __all__ = [
     "JobCancelledError",
     "JobFailedError",
     "JobNotFoundError",
+    "JobNotRetryableError",
     "MaxPendingExceededError",
     "MissingProvider",
     "PayloadValidationError",
@@ -217,6 +218,19 @@ class JobNotFoundError(TaskQError, LookupError):
     def __init__(self, job_id: UUID) -> None:
         self.job_id = job_id
         super().__init__(f"job {job_id} does not exist")
+
+
+class JobNotRetryableError(TaskQError, ValueError):
+    """An operator retry of a job that is active or succeeded (only failed, cancelled,
+    crashed and abandoned jobs can be retried). ``job_id``, ``status``."""
+
+    def __init__(self, job_id: UUID, status: str) -> None:
+        self.job_id = job_id
+        self.status = status
+        super().__init__(
+            f"job {job_id} is {status}: only failed, cancelled, crashed or abandoned jobs "
+            "can be retried"
+        )
 
 
 class JobFailedError(TaskQError):

@@ -19,6 +19,7 @@ from taskq.exceptions import (
     Snooze,
     TaskQError,
 )
+from taskq.job_filter import JobFilter
 from taskq.retry import RetryOverride, RetryPolicy
 from taskq_sync.client import EnqueueArgs, JobHandle, JobsClient, TaskQ
 from taskq_sync.handle import JobHandles
@@ -30,6 +31,7 @@ __all__ = [
     "JobCancelledError",
     "JobContext",
     "JobFailedError",
+    "JobFilter",
     "JobHandle",
     "JobHandles",
     "JobsClient",

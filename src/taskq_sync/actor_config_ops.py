@@ -278,3 +278,21 @@ class QueuesClient:
             row = conn.execute(stmt).mappings().one()
             actors = [str(a) for _, a in conn.execute(qq.actors_by_queue(queue)).all()]
         return QueueConfig.of(queue, row, actors)
+
+    def pause(self, queue: str) -> QueueConfig:
+        """Stop dispatch from ``queue``: workers claim none of its jobs until :meth:`resume`
+        (running jobs finish; enqueues still succeed). Takes effect at the next claim,
+        no restart. Idempotent; a bad name is a ``ValueError`` and changes nothing."""
+        return self._set_paused(queue, True)
+
+    def resume(self, queue: str) -> QueueConfig:
+        """Let workers claim ``queue``'s jobs again (idempotent)."""
+        return self._set_paused(queue, False)
+
+    def _set_paused(self, queue: str, paused: bool) -> QueueConfig:
+        validate_queue_name(queue)
+        with transaction(self.engine) as conn:
+            row = conn.execute(qq.upsert_paused(conn.dialect.name, queue, paused)).mappings().one()
+            actors = [str(a) for _, a in conn.execute(qq.actors_by_queue(queue)).all()]
+        _log.info("queue-paused" if paused else "queue-resumed", queue=queue)
+        return QueueConfig.of(queue, row, actors)

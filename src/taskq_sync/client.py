@@ -44,6 +44,8 @@ from taskq_sync.backends.sql import SqlBackend
 from taskq_sync.cron.client import SchedulesClient
 from taskq_sync.db.engine import make_engine
 from taskq_sync.handle import JobHandle, JobHandles
+from taskq_sync.ops.jobs import JobOperations
+from taskq_sync.ops.workers import WorkersClient
 
 __all__ = ["EnqueueArgs", "JobHandle", "JobsClient", "TaskQ"]
 P = TypeVar("P", bound=BaseModel)
@@ -58,8 +60,10 @@ def _resolve(actor: ActorRef[Any, Any] | str) -> ActorRef[Any, Any]:
     raise TypeError(f"enqueue takes an ActorRef or an actor name, got {type(actor).__name__}")
 
 
-class JobsClient:
-    """Enqueue jobs and look them up, on any :class:`~taskq.backends.base.Backend`."""
+class JobsClient(JobOperations):
+    """Enqueue jobs and look them up, on any :class:`~taskq.backends.base.Backend`; on a
+    SQL backend also the operator's job operations (list, count, cancel_where, retry,
+    purge: :class:`~taskq.ops.jobs.JobOperations`)."""
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
@@ -176,7 +180,7 @@ class JobsClient:
 
 class TaskQ:
     """The application's handle on taskq: owns an engine, exposes ``jobs``, ``actors``,
-    ``queues`` and ``schedules``.
+    ``queues``, ``workers`` and ``schedules``.
 
     ``async with TaskQ(dsn=...) as tq: await tq.jobs.enqueue(...)``. ``dsn`` is a
     SQLAlchemy URL (a plain ``postgresql://`` means psycopg); without it,
@@ -201,6 +205,7 @@ class TaskQ:
         self.actors = ActorsClient(self.engine, settings=self.settings)
         self.queues = QueuesClient(self.engine, settings=self.settings)
         self.schedules = SchedulesClient(self.engine, self.jobs)
+        self.workers = WorkersClient(self.engine)
 
     def __enter__(self) -> TaskQ:
         return self

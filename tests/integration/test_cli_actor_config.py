@@ -375,10 +375,10 @@ async def _set_status(engine: AsyncEngine, job_id: Any, status: str) -> None:
 
 def test_database_problems_are_clear_errors(tmp_path: Path) -> None:
     code, out = run("actor-config", "list", "--database-url", "postgresql://postgres@127.0.0.1:1/x")
-    assert code == 1
+    assert code == 3
     assert "cannot read or write actor config on postgresql://postgres@127.0.0.1:1/x: " in out
     code, out = run("actor-config", "list", "--database-url", f"sqlite:///{tmp_path / 'empty.db'}")
-    assert code == 1
+    assert code == 3
     assert "does not exist; run: taskq migrate up" in out
     code, out = run("actor-config", "get", "x", "--database-url", "mysql://u@h/db")
     assert code == 2

@@ -79,7 +79,7 @@ def test_bad_input_is_a_clear_error_and_changes_nothing(tmp_path: Path) -> None:
     assert code == 2
     assert "--schema" in out
     code, out = _invoke("migrate", "up", "--database-url", "postgresql://postgres@127.0.0.1:1/x")
-    assert code == 1
+    assert code == 3
     assert "cannot migrate" in out
     assert "Traceback" not in out
 

@@ -20,7 +20,22 @@ from taskq.settings import TaskQSettings
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
-__all__ = ["database_options", "echo_json", "json_option", "load_settings", "run_db", "where"]
+__all__ = [
+    "DatabaseUnavailable",
+    "database_options",
+    "echo_json",
+    "json_option",
+    "load_settings",
+    "run_db",
+    "where",
+]
+
+
+class DatabaseUnavailable(click.ClickException):
+    """The database cannot be reached or its schema is not migrated: exit 3, the message
+    naming the fix (``taskq migrate up``, or the URL to check)."""
+
+    exit_code = 3
 
 
 def database_options(fn: F) -> F:
@@ -81,7 +96,7 @@ def run_db(
 
     A URL the engine cannot use is a usage error on ``--database-url`` (exit 2); a
     database that refuses the connection or the statement is ``{failure} {url}: ...``
-    and an unmigrated one says to run ``taskq migrate up`` (exit 1). Anything else the
+    and an unmigrated one says to run ``taskq migrate up`` (both exit 3). Anything else the
     action raises (``ValueError`` for bad input, the library's refusals) propagates for
     the command to turn into its own message.
     """
@@ -100,6 +115,6 @@ def run_db(
     try:
         return asyncio.run(_go())
     except SchemaNotReady as exc:
-        raise click.ClickException(f"{where(settings)}: {exc}") from None
+        raise DatabaseUnavailable(f"{where(settings)}: {exc}") from None
     except (OperationalError, DBAPIError) as exc:
-        raise click.ClickException(f"{failure} {where(settings)}: {exc.orig}") from None
+        raise DatabaseUnavailable(f"{failure} {where(settings)}: {exc.orig}") from None

@@ -9,6 +9,8 @@ restart. Over :class:`taskq.actor_config_ops.QueuesClient`::
     taskq queues get external-api
     taskq queues set-max-concurrent external-api --max-concurrent 20
     taskq queues set-max-concurrent external-api --clear
+    taskq queues pause external-api
+    taskq queues resume external-api
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from taskq.actor_config_ops import QueueConfig, QueuesClient
 from taskq.cli.actor_config import format_table
+from taskq.cli.ops_support import run_ops
 from taskq.cli.options import (
     database_options,
     echo_json,
@@ -181,3 +184,38 @@ def set_max_concurrent_cmd(
         return
     click.echo(f"queue {name!r}: max_concurrent {_cap(old)} -> {_cap(after.max_concurrent)}")
     click.echo(_RESTART.format(queue=name))
+
+
+def _pause_or_resume(
+    queue: str, database_url: str | None, schema_name: str | None, *, paused: bool
+) -> None:
+    name = _queue_name(queue)
+    settings = load_settings(database_url, schema_name)
+
+    async def go(engine: AsyncEngine) -> QueueConfig:
+        client = QueuesClient(engine, settings=settings)
+        return await (client.pause(name) if paused else client.resume(name))
+
+    run_ops(settings, go)
+    click.echo(
+        f"queue {name!r}: " + ("paused: workers claim none of its jobs" if paused else "resumed")
+    )
+
+
+@queues.command("pause")
+@click.argument("queue")
+@database_options
+def pause_cmd(queue: str, database_url: str | None, schema_name: str | None) -> None:
+    """Stop workers claiming QUEUE's jobs (running ones finish; enqueue still works).
+
+    Applies at the next claim of every worker, no restart.
+    """
+    _pause_or_resume(queue, database_url, schema_name, paused=True)
+
+
+@queues.command("resume")
+@click.argument("queue")
+@database_options
+def resume_cmd(queue: str, database_url: str | None, schema_name: str | None) -> None:
+    """Let workers claim QUEUE's jobs again."""
+    _pause_or_resume(queue, database_url, schema_name, paused=False)

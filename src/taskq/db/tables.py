@@ -57,6 +57,7 @@ metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 _NAME = 200
 _ACTIVE = "status IN ('pending', 'scheduled', 'running')"
+_TAGGED = "tags <> '[]'"
 _BIGINT_PK = BigInteger().with_variant(Integer(), "sqlite")
 
 jobs = Table(
@@ -165,6 +166,32 @@ Index(
     jobs.c.parent_job_id,
     postgresql_where=text("parent_job_id IS NOT NULL"),
     sqlite_where=text("parent_job_id IS NOT NULL"),
+)
+# Operations: list pages newest first (keyset on created_at, id) and purge by finish time.
+Index("ix_jobs_created", jobs.c.created_at, jobs.c.id)
+Index("ix_jobs_queue_created", jobs.c.queue, jobs.c.created_at)
+# Tag filters (``JobFilter(tags=...)``: jsonb ``@>`` on Postgres, where this is GIN), on
+# tagged rows only: an untagged job costs it nothing (the filter repeats the predicate).
+Index(
+    "ix_jobs_tags",
+    jobs.c.tags,
+    postgresql_using="gin",
+    postgresql_where=text(_TAGGED),
+    sqlite_where=text(_TAGGED),
+)
+# error_class filters (failures by exception, cancellations by how they ended).
+Index(
+    "ix_jobs_error_class",
+    jobs.c.error_class,
+    jobs.c.created_at,
+    postgresql_where=text("error_class IS NOT NULL"),
+    sqlite_where=text("error_class IS NOT NULL"),
+)
+Index(
+    "ix_jobs_finished",
+    jobs.c.finished_at,
+    postgresql_where=text("finished_at IS NOT NULL"),
+    sqlite_where=text("finished_at IS NOT NULL"),
 )
 
 job_attempts = Table(

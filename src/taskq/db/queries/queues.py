@@ -13,7 +13,7 @@ from sqlalchemy import Select, select
 from taskq.db import dialect as dialects
 from taskq.db.tables import actor_config, queues
 
-__all__ = ["actors_by_queue", "get", "list_all", "upsert_max_concurrent"]
+__all__ = ["actors_by_queue", "get", "list_all", "upsert_max_concurrent", "upsert_paused"]
 
 
 def get(name: str) -> Select[Any]:
@@ -43,4 +43,16 @@ def upsert_max_concurrent(dialect: str, name: str, max_concurrent: int | None) -
     return stmt.on_conflict_do_update(
         index_elements=[queues.c.name],
         set_={"max_concurrent": stmt.excluded.max_concurrent, "updated_at": now},
+    ).returning(*queues.c)
+
+
+def upsert_paused(dialect: str, name: str, paused: bool) -> Any:
+    """Pause (or resume) the queue, creating its row if needed; dispatch reads it per claim."""
+    now = dialects.now(dialect)
+    stmt = dialects.insert(dialect, queues).values(
+        name=name, paused=paused, created_at=now, updated_at=now
+    )
+    return stmt.on_conflict_do_update(
+        index_elements=[queues.c.name],
+        set_={"paused": stmt.excluded.paused, "updated_at": now},
     ).returning(*queues.c)
