@@ -34,12 +34,25 @@ def test_anything_else_is_a_usage_error(text: str) -> None:
         support.parse_duration(text)
 
 
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
 def test_tables_are_cut_to_the_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("shutil.get_terminal_size", lambda fallback: os.terminal_size((30, 24)))
+    monkeypatch.setattr("sys.stdout", _Tty())
     out = support.table(("A", "LONG"), [("x", "y" * 40), ("zz", "w")]).splitlines()
     assert all(len(line) <= 30 for line in out)
     assert out[1].endswith("…")
     assert out[2].split() == ["zz", "w"]
+
+
+def test_tables_piped_are_never_cut(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("shutil.get_terminal_size", lambda fallback: os.terminal_size((30, 24)))
+    monkeypatch.setattr("sys.stdout", io.StringIO())
+    out = support.table(("A", "LONG"), [("x", "y" * 40), ("zz", "w")]).splitlines()
+    assert out[1].split() == ["x", "y" * 40]
 
 
 def test_confirm_refuses_without_a_tty_unless_yes(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -187,12 +187,16 @@ def progress(label: str, total: int) -> Iterator[Callable[[int], None] | None]:
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Left-aligned columns sized to the terminal: the widest columns are cut (``…``)
-    until a line fits."""
-    width = shutil.get_terminal_size((120, 24)).columns
+    """Left-aligned columns; on a terminal the widest columns are cut (``…``) until a line
+    fits. Output to a pipe or file is never cut, so ids piped to another command stay whole."""
     widths = [
         max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
     ]
+    width = (
+        shutil.get_terminal_size((120, 24)).columns
+        if sys.stdout.isatty()
+        else sum(widths) * 2 + 2 * len(widths)
+    )
     while sum(widths) + 2 * (len(widths) - 1) > width:
         widest = max(range(len(widths)), key=lambda i: widths[i])
         if widths[widest] <= 8:
