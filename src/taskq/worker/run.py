@@ -32,7 +32,7 @@ from taskq._ids import new_uuid
 from taskq.actor import ActorRef, registered_actors
 from taskq.actor_config_ops import sync_actor_config
 from taskq.db.dialect import async_url, traits
-from taskq.db.engine import make_engine, transaction
+from taskq.db.engine import make_engine, transaction, with_schema
 from taskq.db.queries import worker as wq
 from taskq.di import ProviderRegistry
 from taskq.settings import WorkerSettings
@@ -118,7 +118,12 @@ class Worker:
         self._own_engine = engine is None
         self._sub_job_backend: SqlBackend | None = None
         self._registered = False
-        self.engine = engine or make_engine(settings.effective_database_url, settings=settings)
+        # A user's engine gets the settings' schema (TASKQ_SCHEMA_NAME) applied here.
+        self.engine = (
+            with_schema(engine, settings=settings)
+            if engine is not None
+            else make_engine(settings.effective_database_url, settings=settings)
+        )
         self.limits = Limits(
             self.engine,
             settings,
