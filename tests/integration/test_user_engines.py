@@ -8,7 +8,6 @@ A genuinely missing table is still ``SchemaNotReady``.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -21,9 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 import taskq_sync
 from taskq import JobHandle, TaskQ, actor
-from taskq.db import migrate
 from taskq.db.dialect import async_url, sync_url
-from taskq.db.engine import make_engine
 from taskq.exceptions import SchemaNotReady
 from taskq.ratelimit import SlidingWindow, TokenBucket
 from taskq.settings import TaskQSettings
@@ -47,16 +44,9 @@ def app_settings() -> TaskQSettings:
 
 
 @pytest.fixture(scope="module")
-def pg_schema_url(app_settings: TaskQSettings) -> Iterator[URL]:
+def pg_schema_url() -> Iterator[URL]:
     """A Postgres database migrated into ``app_jobs`` (nothing in ``taskq`` or ``public``)."""
-    with databases.temporary_database("userengine") as url:
-
-        async def _migrate() -> None:
-            engine = make_engine(url, settings=app_settings)
-            await migrate.upgrade(engine, settings=app_settings)
-            await engine.dispose()
-
-        asyncio.run(_migrate())
+    with databases.migrated_database("userengine", SCHEMA) as url:
         yield url
 
 
