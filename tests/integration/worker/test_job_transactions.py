@@ -149,6 +149,16 @@ async def _statuses(engine: AsyncEngine, ids: list[UUID]) -> dict[UUID, str]:
     return out
 
 
+async def _succeeded_without_children(engine: AsyncEngine) -> list[Any]:
+    """Succeeded parents with other than two children, read in one statement (one snapshot)."""
+    table = _jobs_table(engine)
+    return await _rows(
+        engine,
+        f"SELECT p.id FROM {table} p WHERE p.actor = 't_jtx_parent' AND p.status = 'succeeded' "
+        f"AND (SELECT count(*) FROM {table} c WHERE c.parent_job_id = p.id) <> 2",
+    )
+
+
 @pytest.mark.parametrize("concurrency", [1, 8])
 async def test_actor_writes_and_children_commit_only_with_the_success(
     user_engine: AsyncEngine, db_url: URL, concurrency: int
@@ -162,12 +172,17 @@ async def test_actor_writes_and_children_commit_only_with_the_success(
         ):
 
             async def all_done() -> bool:
+                # Sampled all along the run: a parent is never seen succeeded without
+                # both its children (they commit in its transaction, not after it).
+                violations.extend(await _succeeded_without_children(user_engine))
                 found = await _statuses(user_engine, ids)
                 return len(found) == len(ids) and all(
                     s in ("succeeded", "failed") for s in found.values()
                 )
 
-            await wait_until(all_done)
+            violations: list[Any] = []
+            await wait_until(all_done, interval=0.01)
+            assert violations == []
         statuses = await _statuses(user_engine, ids)
     succeeded = {
         n for n, h in zip(range(1, 13), handles, strict=True) if statuses[h.job_id] == "succeeded"
