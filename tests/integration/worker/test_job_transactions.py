@@ -10,7 +10,9 @@ registered connection carries the transaction) and 8 (the per-slot pool).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
@@ -33,7 +35,13 @@ from tests.support import databases
 from tests.support.workers import running_worker, wait_until, worker_settings
 
 SCHEMA = "app_jobs"
-SEEN: dict[str, list[Any]] = {"registered": [], "injected": [], "hooks": [], "tenant": []}
+SEEN: dict[str, list[Any]] = {
+    "registered": [],
+    "injected": [],
+    "hooks": [],
+    "tenant": [],
+    "wrote": [],
+}
 
 
 class Parent(BaseModel):
@@ -287,3 +295,61 @@ async def test_session_state_of_the_registered_connection_at_concurrency_one(
     finally:
         await user_engine.dispose()
         databases.truncate_all(pg_app_url, schema=SCHEMA)
+
+
+class Slow(BaseModel):
+    n: int
+
+
+@actor(
+    name="t_jtx_slow",
+    retry=RetryPolicy(kind="non_retryable"),
+    start_to_close=timedelta(milliseconds=300),
+)
+async def slow(payload: Slow, *, conn: AsyncConnection) -> None:
+    """Writes, then outlives its start-to-close timeout."""
+    await conn.execute(text("INSERT INTO app_rows (n) VALUES (:n)"), {"n": payload.n})
+    SEEN["wrote"].append(payload.n)
+    await asyncio.sleep(30)
+
+
+@pytest.mark.parametrize("concurrency", [1, 8])
+async def test_a_timed_out_or_cancelled_attempt_rolls_its_writes_back(
+    user_engine: AsyncEngine, db_url: URL, concurrency: int
+) -> None:
+    """On SQLite an open job transaction holds the file's write lock, so a cancel request
+    (a write) waits for it to end: there only the timeout is exercised (see engines.md)."""
+    settings = TaskQSettings.load(database_url=None, redis_url=None, schema_name=SCHEMA)
+    actors = {**ACTORS, slow.name: slow}
+    postgres = user_engine.dialect.name == "postgresql"
+    async with TaskQ(engine=user_engine, settings=settings) as tq:
+        timed_out = await tq.enqueue(slow, Slow(n=1))
+        async with running_worker(
+            _settings(db_url, concurrency), actors, di_registry=_registry(user_engine)
+        ):
+
+            async def first_ended() -> bool:
+                found = await _statuses(user_engine, [timed_out.job_id])
+                return found.get(timed_out.job_id) == "failed"
+
+            await wait_until(first_ended)
+            assert 1 in SEEN["wrote"]  # it had written before it timed out
+            if postgres:
+                cancelled = await tq.enqueue(slow, Slow(n=2), start_to_close=timedelta(seconds=60))
+
+                async def second_wrote() -> bool:
+                    return 2 in SEEN["wrote"]  # its row is written (in its transaction)
+
+                await wait_until(second_wrote)
+                await tq.cancel(cancelled.job_id)
+
+                async def second_ended() -> bool:
+                    found = await _statuses(user_engine, [cancelled.job_id])
+                    return found.get(cancelled.job_id) == "cancelled"
+
+                await wait_until(second_ended)
+            # The worker is still running: nothing of either attempt was committed.
+            assert await _rows(user_engine, "SELECT n FROM app_rows") == []
+        record = await (await tq.get(timed_out.job_id)).refresh()
+        assert record.error_class == "StartToCloseTimeout"
+    assert await _rows(user_engine, "SELECT n FROM app_rows") == []
