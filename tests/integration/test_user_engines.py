@@ -196,3 +196,14 @@ def test_sync_taskq_and_bucket_on_a_user_engine(
             assert not bucket.acquire(pg_pool=engine, settings=app_settings).allowed
     finally:
         engine.dispose()
+
+
+async def test_actors_and_queues_clients_on_a_user_engine(
+    user_engine: AsyncEngine, app_settings: TaskQSettings
+) -> None:
+    from taskq.actor_config_ops import ActorsClient, QueuesClient
+
+    actors = ActorsClient(user_engine, settings=app_settings)
+    queues = QueuesClient(user_engine, settings=app_settings)
+    assert await actors.list() == []
+    assert await queues.get("nowhere") is None
