@@ -207,3 +207,10 @@ async def test_actors_and_queues_clients_on_a_user_engine(
     queues = QueuesClient(user_engine, settings=app_settings)
     assert await actors.list() == []
     assert await queues.get("nowhere") is None
+
+
+async def test_a_bad_schema_name_is_refused_at_the_boundary(user_engine: AsyncEngine) -> None:
+    from taskq.backends.sql import SqlBackend
+
+    with pytest.raises(ValueError, match="invalid schema name"):
+        SqlBackend(user_engine, schema='x"; DROP TABLE jobs; --')

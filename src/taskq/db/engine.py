@@ -23,6 +23,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from taskq._acompat import ASYNC
+from taskq.constants import SCHEMA_NAME_RE
 from taskq.db.dialect import (
     READONLY_OPTION,
     async_url,
@@ -121,6 +122,8 @@ def with_schema(
     on an engine the user created with ``create_async_engine`` (``create_engine`` in
     ``taskq_sync``).
     """
+    if schema is not None and (SCHEMA_NAME_RE.fullmatch(schema) is None or len(schema) > 63):
+        raise ValueError(f"invalid schema name {schema!r}: must match {SCHEMA_NAME_RE.pattern}")
     key: object = (
         schema
         if schema is not None
