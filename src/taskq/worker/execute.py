@@ -127,7 +127,7 @@ async def _invoke(job: RunningJob, payload: Any, env: AttemptEnv) -> Any:
             # The actor's own writes join the job's transaction: its connection, injected.
             for name, dep in ref.dependencies.items():
                 if dep is AsyncConnection:
-                    deps = {**deps, name: job.tx.conn}
+                    deps = {**deps, name: await job.tx.connection()}
         if ref.is_sync:
             fn = ref.fn
 

@@ -106,10 +106,19 @@ class JobTransactions:
         return self._pool
 
     async def open(self, job: RunningJob) -> JobTransaction:
-        """Check out the attempt's connection (waits for the previous attempt at concurrency 1)."""
+        """The attempt's transaction. Its connection is checked out now when the actor is
+        injected it (an ``AsyncConnection`` parameter); for one that only takes ``ctx``,
+        when it first needs one: at its success, if it enqueued children."""
+        tx = JobTransaction(self, job)
+        if any(dep is AsyncConnection for dep in job.ref.dependencies.values()):
+            await tx.connection()
+        return tx
+
+    async def checkout(self) -> tuple[AsyncConnection, bool]:
+        """A connection for one attempt and whether it is a slot connection (``False``:
+        the registered one, taken under the lock: one attempt at a time)."""
         if self.per_slot:
-            conn = await self._slot_pool().connect()
-            return JobTransaction(self, job, conn, owned=True)
+            return await self._slot_pool().connect(), True
         await self._lock.acquire()
         try:
             conn = await self._loop_connection()
@@ -119,7 +128,11 @@ class JobTransactions:
         except BaseException:
             self._lock.release()
             raise
-        return JobTransaction(self, job, conn, owned=False)
+        return conn, False
+
+    def release_loop_connection(self) -> None:
+        """Let the next attempt take the registered connection (concurrency 1)."""
+        self._lock.release()
 
     async def close(self) -> None:
         """Dispose of the slot pool (worker teardown)."""
@@ -130,30 +143,44 @@ class JobTransactions:
 
 
 class JobTransaction:
-    """One attempt's transaction on ``conn``; :meth:`succeed` commits, :meth:`close` ends it."""
+    """One attempt's transaction; :meth:`succeed` commits it, :meth:`close` ends it."""
 
-    def __init__(
-        self, owner: JobTransactions, job: RunningJob, conn: AsyncConnection, *, owned: bool
-    ) -> None:
+    def __init__(self, owner: JobTransactions, job: RunningJob) -> None:
         self.owner = owner
         self.job = job
-        self.conn = conn
-        """What the actor is injected for its ``AsyncConnection`` parameter."""
-        self._owned = owned
+        self.conn: AsyncConnection | None = None
+        """The attempt's connection once checked out: what the actor is injected for its
+        ``AsyncConnection`` parameter."""
+        self._owned = False
         self._done = False
+
+    async def connection(self) -> AsyncConnection:
+        """The attempt's connection, checked out on first use."""
+        if self.conn is None:
+            self.conn, self._owned = await self.owner.checkout()
+        return self.conn
 
     async def succeed(self, outcome: Outcome) -> Outcome:
         """Insert the children, write ``succeeded`` (fenced) and commit, all on ``conn``.
 
-        Returns ``outcome`` marked ``committed`` (the completer then only runs the
+        An attempt that neither ran a statement on ``conn`` nor enqueued a child has
+        nothing to commit with its end: ``outcome`` is returned as it is, for the
+        completer's batched write. Otherwise returns ``outcome`` marked ``committed`` (the completer then only runs the
         post-commit hooks), or, when the fence no longer holds, marked not committed
         after a rollback (nothing of the attempt remains). An error in the writes or the
         commit is raised, after a rollback, for the caller to treat as the attempt's failure.
         """
-        owner, job, conn = self.owner, self.job, self.conn
+        owner, job = self.owner, self.job
+        subs = job.sub_jobs
+        children = subs is not None and bool(subs.buffer)
+        if not children and (self.conn is None or not self.conn.in_transaction()):
+            # The actor wrote nothing and enqueued nothing: no transaction to join, so
+            # the completer's batched write (one commit for many jobs) records the end.
+            return outcome
+        conn = await self.connection()
         try:
             async with on_schema(conn, owner.translate):
-                failed = await self._insert_children()
+                failed = await self._insert_children(conn)
                 if failed is not None:
                     _record_sub_enqueue_error(outcome, failed)
                 held = await owner.completer.write_in(conn, outcome)
@@ -175,12 +202,12 @@ class JobTransaction:
         outcome.committed = True
         return outcome
 
-    async def _insert_children(self) -> SubEnqueueError | None:
+    async def _insert_children(self, conn: AsyncConnection) -> SubEnqueueError | None:
         subs = self.job.sub_jobs
         if subs is None or not subs.buffer:
             return None
         try:
-            await subs.flush_buffer(connection=self.conn)
+            await subs.flush_buffer(connection=conn)
         except SubEnqueueError as exc:
             return exc
         return None
@@ -189,6 +216,8 @@ class JobTransaction:
         """Roll back whatever the attempt wrote; a connection in an unknown state is closed
         (its pool rolls back again on checkin)."""
         conn = self.conn
+        if conn is None:
+            return
         try:
             if conn.in_transaction():
                 await conn.rollback()
@@ -202,14 +231,17 @@ class JobTransaction:
         if self._done:
             return
         self._done = True
+        conn = self.conn
+        if conn is None:
+            return  # never checked out: nothing to end
         try:
             await self._roll_back()
             if self._owned:
                 with contextlib.suppress(Exception):
-                    await self.conn.close()
+                    await conn.close()
         finally:
             if not self._owned:
-                self.owner._lock.release()
+                self.owner.release_loop_connection()
 
 
 def _record_sub_enqueue_error(outcome: Outcome, error: SubEnqueueError) -> None:
