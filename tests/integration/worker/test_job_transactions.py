@@ -353,3 +353,48 @@ async def test_a_timed_out_or_cancelled_attempt_rolls_its_writes_back(
         record = await (await tq.get(timed_out.job_id)).refresh()
         assert record.error_class == "StartToCloseTimeout"
     assert await _rows(user_engine, "SELECT n FROM app_rows") == []
+
+
+@actor(name="t_jtx_swept", retry=RetryPolicy(kind="non_retryable"), on_success=_on_success)
+async def swept(payload: Parent, ctx: JobContext[Parent], *, conn: AsyncConnection) -> None:
+    """Loses its claim mid-run (another connection moves the row on, as the lease sweep
+    would), then writes a row and enqueues a child, and returns."""
+    table = f"{SCHEMA}.jobs" if conn.dialect.name == "postgresql" else "jobs"
+    other = create_async_engine(conn.engine.url)
+    try:
+        async with other.begin() as side:
+            await side.execute(
+                text(f"UPDATE {table} SET status = 'failed', locked_by = NULL WHERE id = :id"),
+                {"id": str(ctx.job_id) if conn.dialect.name == "postgresql" else ctx.job_id.hex},
+            )
+    finally:
+        await other.dispose()
+    await conn.execute(text("INSERT INTO app_rows (n) VALUES (:n)"), {"n": payload.n})
+    assert ctx.jobs is not None
+    await ctx.jobs.enqueue(child, basic.Echo(value=payload.n))
+
+
+async def test_a_success_whose_fence_failed_rolls_everything_back(
+    user_engine: AsyncEngine, db_url: URL
+) -> None:
+    settings = TaskQSettings.load(database_url=None, redis_url=None, schema_name=SCHEMA)
+    actors = {**ACTORS, swept.name: swept}
+    async with TaskQ(engine=user_engine, settings=settings) as tq:
+        handle = await tq.enqueue(swept, Parent(n=9))
+        with capture_logs() as logs:
+            async with running_worker(
+                _settings(db_url, 4), actors, di_registry=_registry(user_engine)
+            ):
+
+                async def fenced_out() -> bool:
+                    return any(e["event"] == "worker-success-fenced-out" for e in logs)
+
+                await wait_until(fenced_out)
+        record = await (await tq.get(handle.job_id)).refresh()
+    assert record.status == "failed"  # what the "sweep" wrote; the late success changed nothing
+    assert await _rows(user_engine, "SELECT n FROM app_rows") == []
+    kids = await _rows(
+        user_engine, f"SELECT id FROM {_jobs_table(user_engine)} WHERE actor = 't_jtx_child'"
+    )
+    assert kids == []
+    assert SEEN["hooks"] == []  # no on_success for a success that was not written
