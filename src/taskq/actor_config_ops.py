@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from taskq.actor import ActorRef, get_actor, validate_actor_name
 from taskq.actor_config import ActorConfigDiff, ActorConfigRow, DeregisterResult, QueueConfig
 from taskq.constants import validate_queue_name
-from taskq.db.engine import transaction
+from taskq.db.engine import transaction, with_schema
 from taskq.db.queries import actor_config as q
 from taskq.db.queries import queues as qq
 from taskq.exceptions import (
@@ -105,7 +105,7 @@ class ActorsClient:
     """Operator-side actor-config operations on ``engine``."""
 
     def __init__(self, engine: AsyncEngine, *, settings: TaskQSettings | None = None) -> None:
-        self.engine = engine
+        self.engine = with_schema(engine, settings=settings)
         self.settings = settings
 
     async def get(self, actor: str) -> ActorConfigRow | None:
@@ -242,7 +242,7 @@ class QueuesClient:
     """
 
     def __init__(self, engine: AsyncEngine, *, settings: TaskQSettings | None = None) -> None:
-        self.engine = engine
+        self.engine = with_schema(engine, settings=settings)
         self.settings = settings
 
     async def get(self, queue: str) -> QueueConfig | None:

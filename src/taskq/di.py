@@ -9,6 +9,7 @@ in reverse order of creation (async generators resumed, ``aclose``/``close`` cal
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import inspect
 import threading
@@ -115,7 +116,8 @@ class ProviderRegistry:
         self._add(Provider(type_, scope, "value", value))
 
     def register_factory(self, type_: type[T], scope: Scope, factory: Callable[..., Any]) -> None:
-        """Provide ``type_`` by calling ``factory`` once per scope lifetime.
+        """Provide ``type_`` by calling ``factory`` once per scope lifetime (single-flight:
+        concurrent first requests share one call).
 
         ``factory`` may be a plain or ``async`` function, or a (async) generator that
         yields the instance and runs its teardown after the ``yield``. Its annotated
@@ -213,6 +215,8 @@ class Container:
     def __init__(self, registry: ProviderRegistry) -> None:
         self._registry = registry
         self._instances: dict[type[Any], Any] = {}
+        self._pending: dict[type[Any], asyncio.Future[Any]] = {}
+        """PROCESS/LOOP instances being built right now (see :meth:`_shared`)."""
         self._stack = AsyncExitStack()
         self._thread_local = threading.local()
         self._thread_stacks: list[AsyncExitStack] = []
@@ -237,9 +241,48 @@ class Container:
                 self._thread_stacks.append(stack)
                 cache[type_] = await self._build(provider, stack)
             return cast("T", cache[type_])
-        if type_ not in self._instances:
-            self._instances[type_] = await self._build(provider, self._stack)
-        return cast("T", self._instances[type_])
+        return cast("T", await self._shared(type_, provider))
+
+    async def _shared(self, type_: type[Any], provider: Provider) -> Any:
+        """The PROCESS/LOOP instance for ``type_``, built once however many ask at once.
+
+        Single-flight: the first request builds it; requests that arrive while it is being
+        built (five jobs starting together, each needing the LOOP connection) wait for that
+        build instead of starting their own. A build that fails fails its waiters too and
+        leaves nothing cached, so a later request tries again; a build whose task was
+        cancelled hands the build to the next waiter.
+        """
+        while True:
+            if type_ in self._instances:
+                return self._instances[type_]
+            pending = self._pending.get(type_)
+            if pending is None:
+                return await self._build_shared(type_, provider)
+            try:
+                return await asyncio.shield(pending)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if pending.cancelled() and task is not None and not task.cancelling():
+                    continue  # the builder was cancelled, not this request: build it here
+                raise
+
+    async def _build_shared(self, type_: type[Any], provider: Provider) -> Any:
+        pending: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[type_] = pending
+        try:
+            instance = await self._build(provider, self._stack)
+        except asyncio.CancelledError:
+            pending.cancel()
+            raise
+        except BaseException as exc:
+            pending.set_exception(exc)
+            pending.exception()  # retrieved: no "never retrieved" warning without waiters
+            raise
+        finally:
+            del self._pending[type_]
+        self._instances[type_] = instance
+        pending.set_result(instance)
+        return instance
 
     async def _build(self, provider: Provider, stack: AsyncExitStack) -> Any:
         if provider.kind == "value":

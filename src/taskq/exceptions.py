@@ -177,14 +177,16 @@ class ActorNotFoundError(ActorDeregistrationError):
 
 
 class SubEnqueueError(TaskQError):
-    """Buffered sub-job enqueues failed after the parent committed.
+    """Buffered sub-job enqueues the store refused when the parent succeeded.
 
-    ``failed_items`` holds ``(enqueue_args, exception)`` pairs to re-enqueue from.
+    ``failed_items`` holds ``(enqueue_args, exception)`` pairs to re-enqueue from. The
+    worker records it on the parent's row (``error_class``), passes it to the parent's
+    ``on_success`` hook (``job_row["sub_enqueue_error"]``) and logs ``sub_enqueue_failed``.
     """
 
     def __init__(self, failed_items: list[tuple[Any, BaseException]]) -> None:
         self.failed_items = failed_items
-        super().__init__(f"{len(failed_items)} sub-job enqueue(s) failed after commit")
+        super().__init__(f"{len(failed_items)} sub-job enqueue(s) failed")
 
 
 class ProgressTooLarge(TaskQError, ValueError):

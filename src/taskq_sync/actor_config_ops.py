@@ -32,7 +32,7 @@ from taskq.exceptions import (
     ActorNotFoundError,
 )
 from taskq.settings import TaskQSettings
-from taskq_sync.db.engine import transaction
+from taskq_sync.db.engine import transaction, with_schema
 
 __all__ = [
     "UNSET",
@@ -106,7 +106,7 @@ class ActorsClient:
     """Operator-side actor-config operations on ``engine``."""
 
     def __init__(self, engine: Engine, *, settings: TaskQSettings | None = None) -> None:
-        self.engine = engine
+        self.engine = with_schema(engine, settings=settings)
         self.settings = settings
 
     def get(self, actor: str) -> ActorConfigRow | None:
@@ -241,7 +241,7 @@ class QueuesClient:
     """
 
     def __init__(self, engine: Engine, *, settings: TaskQSettings | None = None) -> None:
-        self.engine = engine
+        self.engine = with_schema(engine, settings=settings)
         self.settings = settings
 
     def get(self, queue: str) -> QueueConfig | None:

@@ -42,7 +42,7 @@ from taskq_sync.backends.base import Backend
 from taskq_sync.backends.held import held_connections_cap
 from taskq_sync.backends.sql import SqlBackend
 from taskq_sync.cron.client import SchedulesClient
-from taskq_sync.db.engine import make_engine
+from taskq_sync.db.engine import make_engine, with_schema
 from taskq_sync.handle import JobHandle, JobHandles
 from taskq_sync.ops.jobs import JobOperations
 from taskq_sync.ops.workers import WorkersClient
@@ -182,10 +182,16 @@ class TaskQ:
     """The application's handle on taskq: owns an engine, exposes ``jobs``, ``actors``,
     ``queues``, ``workers`` and ``schedules``.
 
-    ``async with TaskQ(dsn=...) as tq: await tq.jobs.enqueue(...)``. ``dsn`` is a
+    ``async with TaskQ(dsn=...) as tq: await tq.enqueue(...)``. ``dsn`` is a
     SQLAlchemy URL (a plain ``postgresql://`` means psycopg); without it,
     ``TASKQ_DATABASE_URL`` or the embedded SQLite file. Pass ``engine=`` to share an
-    engine you own (it is then not disposed on exit).
+    engine you own, one you made with ``create_async_engine`` included (it is then not
+    disposed on exit): taskq finds its tables in the schema of ``settings``
+    (``TASKQ_SCHEMA_NAME``), or in ``schema=`` when given, through the engine's
+    ``schema_translate_map``, without changing the engine you passed.
+
+    ``enqueue``, ``enqueue_many``, ``get`` and ``cancel`` are :attr:`jobs`'s
+    (:class:`JobsClient`), the same calls.
     """
 
     def __init__(
@@ -194,14 +200,25 @@ class TaskQ:
         *,
         engine: Engine | None = None,
         settings: TaskQSettings | None = None,
+        schema: str | None = None,
     ) -> None:
-        self.settings = settings or TaskQSettings.load()
+        resolved = settings or TaskQSettings.load()
+        if schema is not None and schema != resolved.schema_name:
+            resolved = type(resolved).load(**{**resolved.model_dump(), "schema_name": schema})
+        self.settings = resolved
         self._owns_engine = engine is None
-        self.engine = engine if engine is not None else make_engine(dsn, settings=self.settings)
+        if engine is None:
+            engine = make_engine(dsn, settings=self.settings)
+        self.engine = with_schema(engine, settings=self.settings)
+        "The engine taskq runs on: the one passed (or made), with the schema applied."
         self.backend = SqlBackend(
             self.engine, settings=self.settings, held_connections=held_connections_cap(self.engine)
         )
         self.jobs = JobsClient(self.backend)
+        self.enqueue = self.jobs.enqueue
+        self.enqueue_many = self.jobs.enqueue_many
+        self.get = self.jobs.get
+        self.cancel = self.jobs.cancel
         self.actors = ActorsClient(self.engine, settings=self.settings)
         self.queues = QueuesClient(self.engine, settings=self.settings)
         self.schedules = SchedulesClient(self.engine, self.jobs)

@@ -73,3 +73,25 @@ def truncate_all(url: URL | str, schema: str = "taskq") -> None:
 def copy_sqlite(template: Path, target: Path) -> Path:
     shutil.copyfile(template, target)
     return target
+
+
+@contextmanager
+def migrated_database(prefix: str, schema: str) -> Iterator[URL]:
+    """A fresh Postgres database migrated into ``schema`` (nothing in ``taskq``), dropped
+    after the block."""
+    import asyncio
+
+    from taskq.db import migrate
+    from taskq.db.engine import make_engine
+    from taskq.settings import TaskQSettings
+
+    settings = TaskQSettings.load(database_url=None, redis_url=None, schema_name=schema)
+    with temporary_database(prefix) as url:
+
+        async def _migrate() -> None:
+            engine = make_engine(url, settings=settings)
+            await migrate.upgrade(engine, settings=settings)
+            await engine.dispose()
+
+        asyncio.run(_migrate())
+        yield url

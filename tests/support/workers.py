@@ -91,9 +91,11 @@ def spawn_worker(
     *,
     log_path: Path,
     env: Mapping[str, str] | None = None,
+    module: str | None = None,
     **settings: Any,
 ) -> subprocess.Popen[bytes]:
-    """Start ``python -m taskq.worker APP`` with ``TASKQ_*`` settings from ``settings``."""
+    """Start ``python -m taskq.worker APP`` with ``TASKQ_*`` settings from ``settings``
+    (``module``: ``python -m MODULE`` instead, a script that runs its own worker)."""
     raw = url.render_as_string(hide_password=False) if isinstance(url, URL) else url
     child_env = dict(os.environ)
     child_env.update(
@@ -111,7 +113,7 @@ def spawn_worker(
     child_env.update(env or {})
     log = log_path.open("ab")
     return subprocess.Popen(
-        [sys.executable, "-m", "taskq.worker", app],
+        [sys.executable, "-m", module] if module else [sys.executable, "-m", "taskq.worker", app],
         cwd=ROOT,
         env=child_env,
         stdout=log,

@@ -177,3 +177,94 @@ async def test_thread_scope_gives_one_instance_per_thread() -> None:
     assert len(seen) == 2
     assert seen[0] is not seen[1]
     await container.aclose()
+
+
+class Slow:
+    """Built by a factory that yields to the loop before returning."""
+
+
+@pytest.mark.parametrize("scope", [Scope.LOOP, Scope.PROCESS])
+async def test_concurrent_first_requests_share_one_build(scope: Scope) -> None:
+    import asyncio
+
+    calls: list[int] = []
+    started = asyncio.Event()
+    release = asyncio.Event()
+
+    async def make_slow() -> AsyncIterator[Slow]:
+        calls.append(1)
+        started.set()
+        await release.wait()  # every other request arrives while this one builds
+        yield Slow()
+
+    registry = ProviderRegistry()
+    registry.register_factory(Slow, scope, make_slow)
+    registry.validate()
+    container = registry.container()
+    tasks = [asyncio.ensure_future(container.resolve(Slow)) for _ in range(5)]
+    await started.wait()
+    await asyncio.sleep(0)
+    release.set()
+    instances = await asyncio.gather(*tasks)
+    assert len(calls) == 1
+    assert len({id(i) for i in instances}) == 1
+    assert await container.resolve(Slow) is instances[0]
+    await container.aclose()
+
+
+async def test_a_failed_build_fails_its_waiters_and_is_retried_later() -> None:
+    import asyncio
+
+    attempts: list[int] = []
+    release = asyncio.Event()
+
+    async def flaky() -> Slow:
+        attempts.append(1)
+        await release.wait()
+        if len(attempts) == 1:
+            raise ConnectionError("first build fails")
+        return Slow()
+
+    registry = ProviderRegistry()
+    registry.register_factory(Slow, Scope.LOOP, flaky)
+    registry.validate()
+    container = registry.container()
+    tasks = [asyncio.ensure_future(container.resolve(Slow)) for _ in range(3)]
+    await asyncio.sleep(0)
+    release.set()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert all(isinstance(r, ConnectionError) for r in results)
+    assert len(attempts) == 1  # the waiters did not each build their own
+    again = await container.resolve(Slow)
+    assert isinstance(again, Slow)
+    assert len(attempts) == 2
+    await container.aclose()
+
+
+async def test_a_cancelled_builder_hands_the_build_to_a_waiter() -> None:
+    import asyncio
+
+    attempts: list[int] = []
+    gate = asyncio.Event()
+
+    async def make() -> Slow:
+        attempts.append(1)
+        await gate.wait()
+        return Slow()
+
+    registry = ProviderRegistry()
+    registry.register_factory(Slow, Scope.LOOP, make)
+    registry.validate()
+    container = registry.container()
+    builder = asyncio.ensure_future(container.resolve(Slow))
+    await asyncio.sleep(0)
+    waiter = asyncio.ensure_future(container.resolve(Slow))
+    await asyncio.sleep(0)
+    builder.cancel()
+    await asyncio.sleep(0)
+    gate.set()
+    instance = await waiter
+    assert isinstance(instance, Slow)
+    assert builder.cancelled()
+    assert len(attempts) == 2
+    await container.aclose()

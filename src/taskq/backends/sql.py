@@ -44,7 +44,7 @@ from taskq._ids import uuid_from_int
 from taskq.backends.held import HeldConnections
 from taskq.bulk_rows import BulkOutcomes, BulkRows
 from taskq.db.dialect import advisory_xact_lock, traits, translate_error
-from taskq.db.engine import transaction
+from taskq.db.engine import on_schema, transaction, with_schema
 from taskq.db.queries import copy_rows as cq
 from taskq.db.queries import jobs as q
 from taskq.db.queries.dispatch import notify_channel, notify_enqueued
@@ -92,13 +92,21 @@ class SqlBackend:
         engine: AsyncEngine,
         *,
         settings: TaskQSettings | None = None,
+        schema: str | None = None,
         held_connections: int = 0,
     ) -> None:
-        self.engine = engine
+        # An engine the user made has no schema map: taskq's view of it gets one
+        # (``schema``, else the settings', else the map the engine carries).
+        self.engine = engine = with_schema(engine, schema=schema, settings=settings)
         self.dialect: str = engine.dialect.name
         resolved = settings or TaskQSettings.load()
         self._ttl = resolved.actor_config_cache_ttl.total_seconds()
-        self._schema = resolved.schema_name
+        self._translate: dict[str | None, str | None] = dict(
+            engine.get_execution_options().get("schema_translate_map") or {}
+        )
+        """Where taskq's tables live, applied to every statement this backend runs (on a
+        caller's ``connection=`` too, through :func:`~taskq.db.engine.on_schema`)."""
+        self._schema = str(self._translate.get(None) or schema or resolved.schema_name)
         self._channel = notify_channel(self._schema)
         self._stored_cap: dict[str, tuple[float, int | None]] = {}
         # The one-statement insert needs psycopg's named parameters (any Postgres engine
@@ -131,7 +139,7 @@ class SqlBackend:
         if sql is None:
             sql = self._copy_sql[key] = cq.copy_rows_sql(
                 conn.dialect,
-                _translate_map(conn),
+                self._translate,
                 clock=clock,
                 extras=extras,
                 row_at_a_time=key[2],
@@ -165,7 +173,8 @@ class SqlBackend:
                     return outcomes
         if connection is not None:
             try:
-                return await self._enqueue_on(connection, requests)
+                async with on_schema(connection, self._translate):
+                    return await self._enqueue_on(connection, requests)
             except DBAPIError as exc:
                 _raise_translated(exc)
         async with transaction(self.engine) as conn:
@@ -305,7 +314,7 @@ class SqlBackend:
         if not cq.runs_now(rows.templates):
             return None
         copy_sql = self._copy_rows_sql(conn, clock=False, extras=extras, rows=rows.size)
-        done_sql = cq.copy_done_sql(conn.dialect, _translate_map(conn))
+        done_sql = cq.copy_done_sql(conn.dialect, self._translate)
         try:
             return await _copy_committing(conn, copy_sql, done_sql, params, rows, extras=extras)
         except IntegrityError as exc:
@@ -349,14 +358,14 @@ class SqlBackend:
     def _row_sql(self, conn: AsyncConnection) -> str:
         """:func:`q.insert_row_sql` for this engine, remembered (it never changes)."""
         if self._one_sql is None:
-            self._one_sql = q.insert_row_sql(conn.dialect, _translate_map(conn))
+            self._one_sql = q.insert_row_sql(conn.dialect, self._translate)
         return self._one_sql
 
     def _plain_sql(self, conn: AsyncConnection, *, skip_existing: bool) -> str:
         """:func:`q.insert_rows_sql` for this engine, remembered (it never changes)."""
         sql = self._plain_sql_cache.get(skip_existing)
         if sql is None:
-            sql = q.insert_rows_sql(conn.dialect, _translate_map(conn), skip_existing=skip_existing)
+            sql = q.insert_rows_sql(conn.dialect, self._translate, skip_existing=skip_existing)
             self._plain_sql_cache[skip_existing] = sql
         return sql
 
@@ -377,7 +386,7 @@ class SqlBackend:
             if len(plain) >= self.copy_min_rows:
                 copied = await self._copy_in_transaction(conn, plain)
             if copied is None:
-                sql = q.insert_rows_sql(conn.dialect, _translate_map(conn))
+                sql = q.insert_rows_sql(conn.dialect, self._translate)
                 copied = []
                 for start in range(0, len(plain), _ROWS_PER_STATEMENT):
                     chunk = plain[start : start + _ROWS_PER_STATEMENT]
@@ -775,11 +784,6 @@ def _raise_translated(exc: DBAPIError) -> NoReturn:
     if translated is exc:
         raise exc
     raise translated from exc
-
-
-def _translate_map(conn: AsyncConnection) -> Any:
-    """The schema map of the engine ``conn`` came from (what Core statements run under)."""
-    return conn.engine.get_execution_options().get("schema_translate_map")
 
 
 def _deduplicated(record: JobRecord) -> EnqueueOutcome:

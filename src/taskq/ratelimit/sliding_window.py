@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from taskq._ids import new_request_id
 from taskq.constants import validate_name
+from taskq.db.engine import with_schema
 from taskq.ratelimit import _redis_utils as rru
 from taskq.ratelimit import _sql
 from taskq.ratelimit._algorithms import gcra_step, log_decide, redis_ttl_seconds, to_us
@@ -192,9 +193,12 @@ class SlidingWindow:
                 engine = rru.fallback_engine(self.name, exc, pg_pool, settings)
                 if engine is None:
                     raise
+                engine = with_schema(engine, settings=settings)
                 return await self._postgres(engine)
             return redis_decision(self.name, reply, request_id)
-        return await self._postgres(require_engine(pg_pool, self.name))
+        return await self._postgres(
+            with_schema(require_engine(pg_pool, self.name), settings=settings)
+        )
 
     async def refund(
         self,
@@ -241,7 +245,9 @@ class SlidingWindow:
             )
             return self._state("memory", remaining, retry_us)
         if self.backend == "postgres":
-            return await self._peek_postgres(require_engine(pg_pool, self.name))
+            return await self._peek_postgres(
+                with_schema(require_engine(pg_pool, self.name), settings=settings)
+            )
         client = rru.require_redis(redis_client, self.name)
         args = self._redis_args if self.style == "gcra" else (*self._redis_args, b"")
         try:
@@ -250,6 +256,7 @@ class SlidingWindow:
             engine = rru.fallback_engine(self.name, exc, pg_pool, settings)
             if engine is None:
                 raise
+            engine = with_schema(engine, settings=settings)
             return await self._peek_postgres(engine)
         parts = reply.split()
         return self._state("redis", float(parts[1]), float(parts[2]) if len(parts) > 2 else 0.0)
@@ -301,6 +308,6 @@ class SlidingWindow:
             self.redis_key,
             backend=self.backend,
             redis_client=redis_client,
-            pg_pool=pg_pool,
+            pg_pool=with_schema(pg_pool, settings=settings) if pg_pool is not None else None,
             settings=settings,
         )

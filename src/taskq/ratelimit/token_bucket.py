@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from taskq.constants import validate_name
+from taskq.db.engine import with_schema
 from taskq.ratelimit import _redis_utils as rru
 from taskq.ratelimit import _sql
 from taskq.ratelimit._algorithms import redis_ttl_seconds, tb_step, to_us
@@ -191,9 +192,12 @@ class TokenBucket:
                 engine = rru.fallback_engine(self.name, exc, pg_pool, settings)
                 if engine is None:
                     raise
+                engine = with_schema(engine, settings=settings)
                 return await self._postgres(engine, count)
             return redis_decision(self.name, reply)
-        return await self._postgres(require_engine(pg_pool, self.name), count)
+        return await self._postgres(
+            with_schema(require_engine(pg_pool, self.name), settings=settings), count
+        )
 
     async def refund(
         self,
@@ -245,7 +249,9 @@ class TokenBucket:
             )
             return self._state("memory", r.tokens)
         if self.backend == "postgres":
-            return await self._peek_postgres(require_engine(pg_pool, self.name))
+            return await self._peek_postgres(
+                with_schema(require_engine(pg_pool, self.name), settings=settings)
+            )
         client = rru.require_redis(redis_client, self.name)
         try:
             reply = await rru.evalsha(
@@ -255,6 +261,7 @@ class TokenBucket:
             engine = rru.fallback_engine(self.name, exc, pg_pool, settings)
             if engine is None:
                 raise
+            engine = with_schema(engine, settings=settings)
             return await self._peek_postgres(engine)
         return self._state("redis", float(reply.split()[1]))
 
@@ -314,6 +321,6 @@ class TokenBucket:
             self.redis_key,
             backend=self.backend,
             redis_client=redis_client,
-            pg_pool=pg_pool,
+            pg_pool=with_schema(pg_pool, settings=settings) if pg_pool is not None else None,
             settings=settings,
         )

@@ -16,12 +16,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import structlog
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from taskq.context import JobContext
 from taskq.exceptions import ReservationUnavailable, ScheduleToCloseTimeout, StartToCloseTimeout
 from taskq.retry import decide_retry
 from taskq.worker.cancel import CANCEL_ABANDONED, CANCELLED_COOPERATIVELY, CANCELLED_FORCED
 from taskq.worker.state import Outcome, RunningJob
+from taskq.worker.transactions import JobTransaction, JobTransactions, wants_transaction
 
 __all__ = ["AttemptEnv", "execute"]
 
@@ -37,7 +39,9 @@ class AttemptEnv:
     arguments; TRANSIENT instances live until it closes); ``thread_kwargs`` builds a sync
     actor's THREAD-scoped arguments on the actor's own thread;
     ``acquire``/``release`` wrap the rate-limit registry (``None`` when no actor needs it);
-    ``progress_sink`` builds a job's progress sink; ``sub_jobs`` is ``ctx.jobs``.
+    ``progress_sink`` builds a job's progress sink; ``sub_jobs`` is ``ctx.jobs``;
+    ``transactions`` gives eligible attempts their job transaction (``None``: no
+    ``AsyncConnection`` registered at ``Scope.LOOP``; see :mod:`taskq.worker.transactions`).
     """
 
     def __init__(
@@ -53,6 +57,7 @@ class AttemptEnv:
         default_start_to_close: timedelta | None,
         lock_lease_s: float,
         hold_s: Callable[[], float],
+        transactions: JobTransactions | None = None,
     ) -> None:
         self.run_sync = run_sync
         self.dependencies = dependencies
@@ -64,6 +69,7 @@ class AttemptEnv:
         self.default_start_to_close = default_start_to_close
         self.lock_lease_s = lock_lease_s
         self.hold_s = hold_s
+        self.transactions = transactions
 
 
 def _summary(exc: BaseException) -> str:
@@ -117,6 +123,11 @@ async def _invoke(job: RunningJob, payload: Any, env: AttemptEnv) -> Any:
             return await env.run_sync(job, lambda: fn(*args))
         return await ref.fn(*args)
     async with env.dependencies(job) as deps:
+        if job.tx is not None:
+            # The actor's own writes join the job's transaction: its connection, injected.
+            for name, dep in ref.dependencies.items():
+                if dep is AsyncConnection:
+                    deps = {**deps, name: await job.tx.connection()}
         if ref.is_sync:
             fn = ref.fn
 
@@ -133,6 +144,7 @@ async def execute(job: RunningJob, env: AttemptEnv) -> Outcome:
     ref = job.ref
     acquired: Any = None
     timed_out = False
+    tx: JobTransaction | None = None
     try:
         payload = ref.validate_payload(job.row["payload"])
         if ref.wants_ctx:
@@ -144,6 +156,8 @@ async def execute(job: RunningJob, env: AttemptEnv) -> Outcome:
             raise ScheduleToCloseTimeout(ref.name, job.id)
         if env.acquire is not None:
             acquired = await env.acquire(job, payload)
+        if env.transactions is not None and wants_transaction(ref):
+            tx = job.tx = await env.transactions.open(job)
         if timeout is None:
             result = await _invoke(job, payload, env)
         else:
@@ -158,9 +172,22 @@ async def execute(job: RunningJob, env: AttemptEnv) -> Outcome:
                 raise StartToCloseTimeout(ref.name, job.id, timeout) from None
         dumped = ref.dump_result(result)
         ttl_s = _result_ttl(job)
-        return Outcome(
+        outcome = Outcome(
             job, "succeeded", "succeeded", result=dumped, result_value=result, ttl_s=ttl_s
         )
+        if tx is None:
+            return outcome
+        try:  # children, terminal write and the actor's writes: one commit
+            return await tx.succeed(outcome)
+        except Exception as exc:
+            _log.warning(
+                "worker-job-transaction-failed",
+                job_id=str(job.id),
+                actor=ref.name,
+                attempt=job.attempt,
+                error=repr(exc),
+            )
+            raise
     except asyncio.CancelledError as exc:
         return _cancelled(job, exc, env)
     except ReservationUnavailable as exc:
@@ -177,6 +204,8 @@ async def execute(job: RunningJob, env: AttemptEnv) -> Outcome:
             return _cancelled(job, exc, env)
         return _failure(job, exc, timed_out)
     finally:
+        if tx is not None:  # rolled back unless committed, before the ending is written
+            await tx.close()
         if acquired is not None and env.release is not None:
             try:
                 await env.release(acquired)

@@ -28,7 +28,7 @@ from uuid import UUID
 
 import structlog
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from taskq.db.dialect import traits
 from taskq.db.engine import transaction
@@ -130,7 +130,18 @@ class Completer:
         stream); ``None`` (no Redis) costs nothing."""
 
     def submit(self, outcome: Outcome) -> None:
-        """Queue an outcome for the next flush."""
+        """Queue an outcome for the next flush.
+
+        An outcome already written in the job's own transaction (``committed`` set, see
+        :mod:`taskq.worker.transactions`) is not written again: a committed one gets its
+        post-commit hooks now, one whose fence failed only frees its slot.
+        """
+        if outcome.committed is not None:
+            if outcome.committed:
+                self._after_commit(outcome)
+            else:
+                self._on_written(outcome)
+            return
         self._buffer.append(outcome)
         self._idle.clear()
         self._wake.set()
@@ -276,6 +287,31 @@ class Completer:
             if releases:
                 await conn.execute(self._release, releases)
 
+    async def write_in(self, conn: AsyncConnection, outcome: Outcome) -> bool:
+        """Write one ending (not a release) on ``conn``, inside the caller's transaction,
+        with the same fenced statements as a flush; ``True`` when the fence held.
+
+        The job's transaction (:mod:`taskq.worker.transactions`) commits it together with
+        the actor's writes and its sub-jobs.
+        """
+        job = outcome.job
+        if outcome.seq is None:
+            outcome.seq = job.next_seq()
+        params = {
+            **self._params(outcome),
+            "b_seq": outcome.seq,
+            "b_status": outcome.row_status,
+            "b_result": outcome.result,
+            "b_budget": outcome.budget,
+            "b_delay_s": outcome.delay_s,
+            "b_ttl_s": outcome.ttl_s,
+            "b_has_progress": 1 if job.progress is not None else 0,
+            "b_progress": job.progress,
+        }
+        await conn.execute(self._record, params)
+        finished = await conn.execute(self._finish, params)
+        return finished.rowcount == 1
+
     def _after_commit(self, outcome: Outcome) -> None:
         job = outcome.job
         ref = job.ref
@@ -290,10 +326,6 @@ class Completer:
         self._on_written(outcome)
         if self.on_event is not None:
             self.on_event(outcome)
-        subs = job.sub_jobs
-        if subs is not None and subs.buffer and outcome.kind == "succeeded":
-            # Transactional sub-jobs: replayed only now that the success is durable.
-            self._spawn(subs.flush_after_success(job.attempt))
         if ref.on_success is None and ref.on_retry_exhausted is None and ref.on_cancel is None:
             return
         row = {**job.row, "status": outcome.row_status, "error_class": outcome.error_class}

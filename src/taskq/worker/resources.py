@@ -84,6 +84,13 @@ class Dependencies:
         provider = self._registry.get(AsyncConnection) if self._registry is not None else None
         return provider is not None and provider.scope is Scope.LOOP
 
+    async def loop_connection_instance(self) -> AsyncConnection:
+        """The registered LOOP-scope ``AsyncConnection`` (built on first use, single-flight):
+        the connection a ``TASKQ_MAX_CONCURRENCY=1`` worker runs each job's transaction on."""
+        if self._container is None:
+            raise RuntimeError("the DI container is not open")
+        return await self._container.resolve(AsyncConnection)
+
     @contextlib.asynccontextmanager
     async def scope(self, job: RunningJob) -> AsyncIterator[dict[str, object]]:
         """The attempt's loop-side keyword arguments; TRANSIENT ones torn down at exit."""

@@ -34,7 +34,7 @@ from taskq.actor import ActorRef, registered_actors
 from taskq.actor_config_ops import sync_actor_config
 from taskq.cron.sync import sync_schedules
 from taskq.db.dialect import async_url, traits
-from taskq.db.engine import make_engine, transaction
+from taskq.db.engine import make_engine, transaction, with_schema
 from taskq.db.queries import worker as wq
 from taskq.di import ProviderRegistry
 from taskq.settings import WorkerSettings
@@ -53,6 +53,7 @@ from taskq.worker.state import Outcome, RunningJob
 from taskq.worker.subjobs import AutonomousCounter, SubJobs
 from taskq.worker.sweep import Sweeper
 from taskq.worker.telemetry import publish_queue_depth
+from taskq.worker.transactions import JobTransactions
 
 if TYPE_CHECKING:
     from taskq.backends.sql import SqlBackend
@@ -119,8 +120,15 @@ class Worker:
         self.state = ShutdownState()
         self._own_engine = engine is None
         self._sub_job_backend: SqlBackend | None = None
+        self.transactions: JobTransactions | None = None
+        """The job transactions (see :mod:`taskq.worker.transactions`), if enabled."""
         self._registered = False
-        self.engine = engine or make_engine(settings.effective_database_url, settings=settings)
+        # A user's engine gets the settings' schema (TASKQ_SCHEMA_NAME) applied here.
+        self.engine = (
+            with_schema(engine, settings=settings)
+            if engine is not None
+            else make_engine(settings.effective_database_url, settings=settings)
+        )
         self.limits = Limits(
             self.engine,
             settings,
@@ -188,7 +196,20 @@ class Worker:
             default_start_to_close=self.settings.default_start_to_close,
             lock_lease_s=self.settings.lock_lease.total_seconds(),
             hold_s=self._hold_s,
+            transactions=self._transactions(dispatcher),
         )
+
+    def _transactions(self, dispatcher: Dispatcher) -> JobTransactions | None:
+        """The job transactions, when an ``AsyncConnection`` is registered at ``Scope.LOOP``."""
+        if not self.deps.loop_connection:
+            return None
+        self.transactions = JobTransactions(
+            engine=self.engine,
+            settings=self.settings,
+            loop_connection=self.deps.loop_connection_instance,
+            completer=dispatcher.completer,
+        )
+        return self.transactions
 
     def _sub_jobs(self) -> Callable[[RunningJob], SubJobs]:
         from taskq.backends.held import held_connections_cap
@@ -515,6 +536,8 @@ class Worker:
                 async with transaction(self.engine) as conn:
                     await conn.execute(wq.finish_worker(self.engine.dialect.name, self.worker_id))
         await self.dispatcher.completer.wait_hooks(1.0)
+        if self.transactions is not None:  # the slot pool, before the LOOP connection
+            await self.transactions.close()
         await self.deps.close()
         await self.dispatcher.close()
         await self.limits.close()

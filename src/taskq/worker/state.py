@@ -54,8 +54,10 @@ class RunningJob:
     progress_dirty: bool = False
     _seq: int | None = None
     sub_jobs: Any = None
-    """This attempt's ``ctx.jobs`` (a :class:`taskq.worker.subjobs.SubJobs`), kept so the
-    completer can replay its buffered children once the success has committed."""
+    """This attempt's ``ctx.jobs`` (a :class:`taskq.worker.subjobs.SubJobs`), whose buffered
+    children the job's transaction inserts when the actor succeeds."""
+    tx: Any = None
+    """This attempt's :class:`taskq.worker.transactions.JobTransaction`, if it has one."""
 
     @property
     def cancel_event(self) -> asyncio.Event:
@@ -159,6 +161,10 @@ class Outcome:
     exception: BaseException | None = None
     seq: int | None = None
     created_mono: float = field(default_factory=time.monotonic)
+    committed: bool | None = None
+    """Set when the outcome was written in the job's own transaction (``True``: committed;
+    ``False``: its fence failed and everything was rolled back); ``None``: the completer
+    writes it."""
 
     def __post_init__(self) -> None:
         # An exception's text may hold NUL, which a Postgres text column refuses: the

@@ -5,16 +5,15 @@ Two paths, as the actors page describes ("Sub-job enqueuing"):
 * **Transactional** (the default when an ``AsyncConnection`` is registered at
   ``Scope.LOOP`` in the worker's DI registry, for async actors). Each
   ``ctx.jobs.enqueue()`` is validated at once (a bad payload raises in the actor) and
-  buffered on the attempt. Nothing is written while the parent runs, so when the parent
-  raises (retry, snooze, failure, cancellation, a worker shutdown) the buffer is simply
-  dropped with the attempt: the children vanish atomically and the queue never sees
-  them. When the parent's ``succeeded`` write has committed (the completer's batched,
-  fenced terminal write), the buffer is replayed against the backend by
-  :meth:`SubJobs.flush_buffer`. A replay that fails raises
-  :class:`~taskq.exceptions.SubEnqueueError` carrying every failed
-  :class:`~taskq.records.EnqueueArgs` with its exception; the worker logs it as
-  ``sub_enqueue_flush_failed`` (the parent is already succeeded: those children were
-  lost and must be re-enqueued from ``failed_items``).
+  buffered on the attempt. When the actor returns, the buffer is inserted on the job's
+  own connection, inside the job's transaction, just before its ``succeeded`` write
+  (:mod:`taskq.worker.transactions`): the children commit with the parent's success and
+  the actor's own writes, or not at all. When the parent raises (retry, snooze, failure,
+  cancellation, a worker shutdown) the transaction rolls back and the children vanish
+  with it: the queue never sees them. Children the store refuses (a ``max_pending`` cap,
+  a singleton collision, a driver error) are each rolled back to their savepoint and
+  collected into one :class:`~taskq.exceptions.SubEnqueueError`; the parent still
+  succeeds, and the error is on its row, in its ``on_success`` hook and in the log.
 * **Autonomous** (no registered connection, or a sync actor: the LOOP connection is not
   usable from a thread). Each enqueue commits on its own, immediately, so children
   persist even if the parent later fails. The worker logs
@@ -34,6 +33,7 @@ from typing import Any
 from uuid import UUID
 
 import structlog
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from taskq.client import JobsClient, _resolve
 from taskq.exceptions import SubEnqueueError
@@ -114,8 +114,8 @@ class SubJobs:
 
         ``options`` are :meth:`JobsClient.enqueue`'s plus per-call ``unique_for`` and
         ``max_pending``. Validation errors raise here, on either path. On the
-        transactional path the child is only written once the parent has succeeded; the
-        returned handle's ``job_id`` is the id it will be written under.
+        transactional path the child is written in the parent's transaction when the
+        parent succeeds; the returned handle's ``job_id`` is the id it is written under.
         """
         ref = _resolve(actor)
         merged: list[str] = list(await self._inherited_tags()) if inherit_tags else []
@@ -143,22 +143,24 @@ class SubJobs:
             bound=False,
         )
 
-    async def flush_buffer(self) -> None:
-        """Replay the buffered enqueues (call only after the parent's success committed).
+    async def flush_buffer(self, *, connection: AsyncConnection | None = None) -> None:
+        """Write the buffered enqueues; the buffer is empty afterwards either way.
 
-        Items without a ``max_pending`` cap go in one transaction first; if that fails,
-        each is retried on its own so one bad item does not sink the rest. Capped items
-        are always replayed one by one (a refusal by its cap must not sink the others).
-        Every item that still fails is collected into one :class:`SubEnqueueError`. The
-        buffer is empty afterwards either way.
+        ``connection``: in the transaction it is in (the job's), each group under its own
+        savepoint, so a refused child rolls back alone and the transaction goes on.
+        Without it, each group commits on its own. Items without a ``max_pending`` cap go
+        as one group first; if that fails, each is retried on its own so one bad item
+        does not sink the rest. Capped items are always written one by one (a refusal by
+        its cap must not sink the others). Every item that still fails is collected into
+        one :class:`SubEnqueueError` (``failed_items``: each ``EnqueueArgs`` with the
+        exception that sank it).
         """
         items, self.buffer = self.buffer, []
-        backend = self._client.backend
         uncapped = [item for item in items if item[1].max_pending is None]
         single = [item for item in items if item[1].max_pending is not None]
         if len(uncapped) > 1:
             try:
-                await backend.enqueue([request for _, request in uncapped])
+                await self._write([request for _, request in uncapped], connection)
             except Exception:
                 single = uncapped + single
         else:
@@ -166,37 +168,18 @@ class SubJobs:
         failed: list[tuple[Any, BaseException]] = []
         for args, request in single:
             try:
-                await backend.enqueue([request])
+                await self._write([request], connection)
             except Exception as exc:
                 failed.append((args, exc))
         if failed:
             raise SubEnqueueError(failed)
 
-    async def flush_after_success(self, attempt: int) -> None:
-        """Post-commit hook: confirm the parent is ``succeeded`` by this attempt (the
-        fenced write may have matched nothing if the lease was swept), then replay the
-        buffer. A failed replay is logged as ``sub_enqueue_flush_failed``, never raised:
-        the parent's outcome is already durable."""
-        record = await self._client.backend.get_job(self._parent)
-        if record is None or record.status != "succeeded" or record.attempt != attempt:
-            _log.warning(
-                "sub_enqueue_discarded",
-                job_id=str(self._parent),
-                attempt=attempt,
-                children=len(self.buffer),
-                reason="parent was not marked succeeded by this attempt",
-            )
-            self.buffer = []
+    async def _write(
+        self, requests: list[EnqueueRequest], connection: AsyncConnection | None
+    ) -> None:
+        backend = self._client.backend
+        if connection is None:
+            await backend.enqueue(requests)
             return
-        try:
-            await self.flush_buffer()
-        except SubEnqueueError as exc:
-            _log.error(
-                "sub_enqueue_flush_failed",
-                job_id=str(self._parent),
-                actor=self._parent_actor,
-                attempt=attempt,
-                failed=len(exc.failed_items),
-                errors=[repr(err) for _, err in exc.failed_items],
-                actors=[getattr(args.actor, "name", args.actor) for args, _ in exc.failed_items],
-            )
+        async with connection.begin_nested():  # a refusal rolls back to here, no further
+            await backend.enqueue(requests, connection=connection)

@@ -54,7 +54,7 @@ from taskq.records import AttemptRecord, EnqueueOutcome, EnqueueRequest, JobReco
 from taskq.request_batch import RequestBatch
 from taskq.settings import TaskQSettings
 from taskq_sync.backends.held import HeldConnections
-from taskq_sync.db.engine import transaction
+from taskq_sync.db.engine import on_schema, transaction, with_schema
 
 __all__ = ["COPY_MIN_ROWS", "PostgresBackend", "SqlBackend", "SqliteBackend"]
 _log = structlog.get_logger("taskq.enqueue")
@@ -75,13 +75,22 @@ class SqlBackend:
     """
 
     def __init__(
-        self, engine: Engine, *, settings: TaskQSettings | None = None, held_connections: int = 0
+        self,
+        engine: Engine,
+        *,
+        settings: TaskQSettings | None = None,
+        schema: str | None = None,
+        held_connections: int = 0,
     ) -> None:
-        self.engine = engine
+        self.engine = engine = with_schema(engine, schema=schema, settings=settings)
         self.dialect: str = engine.dialect.name
         resolved = settings or TaskQSettings.load()
         self._ttl = resolved.actor_config_cache_ttl.total_seconds()
-        self._schema = resolved.schema_name
+        self._translate: dict[str | None, str | None] = dict(
+            engine.get_execution_options().get("schema_translate_map") or {}
+        )
+        "Where taskq's tables live, applied to every statement this backend runs (on a\n        caller's ``connection=`` too, through :func:`~taskq.db.engine.on_schema`)."
+        self._schema = str(self._translate.get(None) or schema or resolved.schema_name)
         self._channel = notify_channel(self._schema)
         self._stored_cap: dict[str, tuple[float, int | None]] = {}
         self._doc_insert = (
@@ -108,7 +117,7 @@ class SqlBackend:
         sql = self._copy_sql.get(key)
         if sql is None:
             sql = self._copy_sql[key] = cq.copy_rows_sql(
-                conn.dialect, _translate_map(conn), clock=clock, extras=extras, row_at_a_time=key[2]
+                conn.dialect, self._translate, clock=clock, extras=extras, row_at_a_time=key[2]
             )
         return sql
 
@@ -139,7 +148,8 @@ class SqlBackend:
                     return outcomes
         if connection is not None:
             try:
-                return self._enqueue_on(connection, requests)
+                with on_schema(connection, self._translate):
+                    return self._enqueue_on(connection, requests)
             except DBAPIError as exc:
                 _raise_translated(exc)
         with transaction(self.engine) as conn:
@@ -275,7 +285,7 @@ class SqlBackend:
         if not cq.runs_now(rows.templates):
             return None
         copy_sql = self._copy_rows_sql(conn, clock=False, extras=extras, rows=rows.size)
-        done_sql = cq.copy_done_sql(conn.dialect, _translate_map(conn))
+        done_sql = cq.copy_done_sql(conn.dialect, self._translate)
         try:
             return _copy_committing(conn, copy_sql, done_sql, params, rows, extras=extras)
         except IntegrityError as exc:
@@ -319,14 +329,14 @@ class SqlBackend:
     def _row_sql(self, conn: Connection) -> str:
         """:func:`q.insert_row_sql` for this engine, remembered (it never changes)."""
         if self._one_sql is None:
-            self._one_sql = q.insert_row_sql(conn.dialect, _translate_map(conn))
+            self._one_sql = q.insert_row_sql(conn.dialect, self._translate)
         return self._one_sql
 
     def _plain_sql(self, conn: Connection, *, skip_existing: bool) -> str:
         """:func:`q.insert_rows_sql` for this engine, remembered (it never changes)."""
         sql = self._plain_sql_cache.get(skip_existing)
         if sql is None:
-            sql = q.insert_rows_sql(conn.dialect, _translate_map(conn), skip_existing=skip_existing)
+            sql = q.insert_rows_sql(conn.dialect, self._translate, skip_existing=skip_existing)
             self._plain_sql_cache[skip_existing] = sql
         return sql
 
@@ -346,7 +356,7 @@ class SqlBackend:
             if len(plain) >= self.copy_min_rows:
                 copied = self._copy_in_transaction(conn, plain)
             if copied is None:
-                sql = q.insert_rows_sql(conn.dialect, _translate_map(conn))
+                sql = q.insert_rows_sql(conn.dialect, self._translate)
                 copied = []
                 for start in range(0, len(plain), _ROWS_PER_STATEMENT):
                     chunk = plain[start : start + _ROWS_PER_STATEMENT]
@@ -734,11 +744,6 @@ def _raise_translated(exc: DBAPIError) -> NoReturn:
     if translated is exc:
         raise exc
     raise translated from exc
-
-
-def _translate_map(conn: Connection) -> Any:
-    """The schema map of the engine ``conn`` came from (what Core statements run under)."""
-    return conn.engine.get_execution_options().get("schema_translate_map")
 
 
 def _deduplicated(record: JobRecord) -> EnqueueOutcome:

@@ -32,6 +32,7 @@ from taskq.ratelimit.refs import validate_backend
 from taskq.settings import TaskQSettings
 from taskq.telemetry import record_decision
 from taskq.testing.clock import Clock
+from taskq_sync.db.engine import with_schema
 from taskq_sync.ratelimit import _redis_utils as rru
 from taskq_sync.ratelimit import _sql
 
@@ -183,9 +184,10 @@ class SlidingWindow:
                 engine = rru.fallback_engine(self.name, exc, pg_pool, settings)
                 if engine is None:
                     raise
+                engine = with_schema(engine, settings=settings)
                 return self._postgres(engine)
             return redis_decision(self.name, reply, request_id)
-        return self._postgres(require_engine(pg_pool, self.name))
+        return self._postgres(with_schema(require_engine(pg_pool, self.name), settings=settings))
 
     def refund(
         self,
@@ -232,7 +234,9 @@ class SlidingWindow:
             )
             return self._state("memory", remaining, retry_us)
         if self.backend == "postgres":
-            return self._peek_postgres(require_engine(pg_pool, self.name))
+            return self._peek_postgres(
+                with_schema(require_engine(pg_pool, self.name), settings=settings)
+            )
         client = rru.require_redis(redis_client, self.name)
         args = self._redis_args if self.style == "gcra" else (*self._redis_args, b"")
         try:
@@ -241,6 +245,7 @@ class SlidingWindow:
             engine = rru.fallback_engine(self.name, exc, pg_pool, settings)
             if engine is None:
                 raise
+            engine = with_schema(engine, settings=settings)
             return self._peek_postgres(engine)
         parts = reply.split()
         return self._state("redis", float(parts[1]), float(parts[2]) if len(parts) > 2 else 0.0)
@@ -292,6 +297,6 @@ class SlidingWindow:
             self.redis_key,
             backend=self.backend,
             redis_client=redis_client,
-            pg_pool=pg_pool,
+            pg_pool=with_schema(pg_pool, settings=settings) if pg_pool is not None else None,
             settings=settings,
         )

@@ -30,6 +30,7 @@ from taskq.ratelimit.refs import validate_backend
 from taskq.settings import TaskQSettings
 from taskq.telemetry import record_decision
 from taskq.testing.clock import Clock
+from taskq_sync.db.engine import with_schema
 from taskq_sync.ratelimit import _redis_utils as rru
 from taskq_sync.ratelimit import _sql
 
@@ -187,9 +188,12 @@ class TokenBucket:
                 engine = rru.fallback_engine(self.name, exc, pg_pool, settings)
                 if engine is None:
                     raise
+                engine = with_schema(engine, settings=settings)
                 return self._postgres(engine, count)
             return redis_decision(self.name, reply)
-        return self._postgres(require_engine(pg_pool, self.name), count)
+        return self._postgres(
+            with_schema(require_engine(pg_pool, self.name), settings=settings), count
+        )
 
     def refund(
         self,
@@ -241,7 +245,9 @@ class TokenBucket:
             )
             return self._state("memory", r.tokens)
         if self.backend == "postgres":
-            return self._peek_postgres(require_engine(pg_pool, self.name))
+            return self._peek_postgres(
+                with_schema(require_engine(pg_pool, self.name), settings=settings)
+            )
         client = rru.require_redis(redis_client, self.name)
         try:
             reply = rru.evalsha(
@@ -251,6 +257,7 @@ class TokenBucket:
             engine = rru.fallback_engine(self.name, exc, pg_pool, settings)
             if engine is None:
                 raise
+            engine = with_schema(engine, settings=settings)
             return self._peek_postgres(engine)
         return self._state("redis", float(reply.split()[1]))
 
@@ -310,6 +317,6 @@ class TokenBucket:
             self.redis_key,
             backend=self.backend,
             redis_client=redis_client,
-            pg_pool=pg_pool,
+            pg_pool=with_schema(pg_pool, settings=settings) if pg_pool is not None else None,
             settings=settings,
         )

@@ -107,7 +107,7 @@ async def test_transactional_parent_failure_leaves_no_children(
     assert not [e for e in logs if e["event"] == "sub_enqueue_autonomous_fallback"]
 
 
-async def test_transactional_parent_success_replays_children(
+async def test_transactional_parent_success_commits_children(
     engine: AsyncEngine, engine_url: str | URL
 ) -> None:
     client = JobsClient(SqlBackend(engine))
@@ -183,7 +183,8 @@ async def test_autonomous_warning_fires_every_100(
 async def test_failed_replay_raises_sub_enqueue_error_with_items(
     engine: AsyncEngine, engine_url: str | URL
 ) -> None:
-    """flush_buffer() keeps the good items and reports each bad one with its exception."""
+    """flush_buffer() (no connection: each group commits on its own) keeps the good items
+    and reports each bad one with its exception."""
     from taskq.exceptions import MaxPendingExceededError
     from taskq.worker.subjobs import AutonomousCounter, SubJobs
 
