@@ -42,7 +42,7 @@ nox.options.error_on_missing_interpreters = True
 nox.options.sessions = ["lint", "typecheck", "sync", "tests", "docs"]
 
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
-LINT_PATHS = ["src", "tests", "tools", "alembic", "noxfile.py"]
+LINT_PATHS = ["src", "tests", "tools", "alembic", "examples", "noxfile.py"]
 SYSTEM_DATABASE_URL = os.environ.get("TASKQ_TEST_DATABASE_URL", servers.SYSTEM_POSTGRES_URL)
 SYSTEM_REDIS_URL = os.environ.get("TASKQ_TEST_REDIS_URL", servers.SYSTEM_REDIS_URL)
 

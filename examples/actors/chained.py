@@ -59,7 +59,6 @@ class Resized(BaseModel):
     width: int
 
 
-
 @actor(name="examples_chained_place_order", queue=QUEUE)
 async def place_order(payload: Order, ctx: JobContext[Order]) -> Confirmation:
     """Step 1: accept the order, then hand the charge to its own job."""
@@ -99,7 +98,9 @@ async def resize(payload: Image) -> Resized:
 
 
 async def enqueue(tq: TaskQ) -> Iterable[UUID]:
-    order = await tq.jobs.enqueue(place_order, Order(order_id=1001, cents=2500), tags=["order:1001"])
+    order = await tq.jobs.enqueue(
+        place_order, Order(order_id=1001, cents=2500), tags=["order:1001"]
+    )
     batch = await tq.jobs.enqueue(split_batch, Batch(images=["a.png", "b.png", "c.png"]))
     return [order.job_id, batch.job_id]
 

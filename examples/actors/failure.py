@@ -28,10 +28,20 @@ from uuid import UUID
 from pydantic import BaseModel
 
 from examples.actors import runner
-from taskq import JobContext, JobFailedError, RetryAfter, RetryPolicy, TaskQ, actor
+from taskq import JobContext, JobFailedError, JobHandle, RetryAfter, RetryPolicy, TaskQ, actor
 
 QUEUE = "examples.failure"
-FAST = {"base": timedelta(milliseconds=50), "cap": timedelta(milliseconds=100), "jitter": 0.0}
+
+
+def fast(max_attempts: int) -> RetryPolicy:
+    """A retry policy with a demo-sized backoff (50 ms, no jitter)."""
+    return RetryPolicy(
+        max_attempts=max_attempts,
+        base=timedelta(milliseconds=50),
+        cap=timedelta(milliseconds=100),
+        jitter=0.0,
+    )
+
 
 exhausted: list[str] = []
 """What ``on_retry_exhausted`` saw (this process's worker runs the hook)."""
@@ -45,7 +55,7 @@ class Done(BaseModel):
     attempt: int
 
 
-@actor(name="examples_failure_flaky", queue=QUEUE, retry=RetryPolicy(max_attempts=3, **FAST))
+@actor(name="examples_failure_flaky", queue=QUEUE, retry=fast(3))
 async def flaky(payload: Call, ctx: JobContext[Call]) -> Done:
     """Drops the connection twice, then works."""
     if ctx.attempt < 3:
@@ -60,7 +70,7 @@ async def give_up(job_row: Any, exc: BaseException) -> None:
 @actor(
     name="examples_failure_doomed",
     queue=QUEUE,
-    retry=RetryPolicy(max_attempts=2, **FAST),
+    retry=fast(2),
     on_retry_exhausted=give_up,
 )
 async def doomed(payload: Call) -> None:
@@ -106,12 +116,14 @@ async def notes(tq: TaskQ, report: runner.Report) -> list[str]:
             break
         await asyncio.sleep(0.05)
     lines = [f"on_retry_exhausted: {line}" for line in exhausted]
-    handle = await tq.jobs.get(report.by_actor(doomed.name)[0].id)
+    handle: JobHandle[Any] = await tq.jobs.get(report.by_actor(doomed.name)[0].id)
     try:
         await handle.wait(timeout=5)
     except JobFailedError as exc:
-        lines.append(f"handle.wait() raised JobFailedError(status={exc.status!r}, "
-                     f"error_class={exc.error_class!r})")
+        lines.append(
+            f"handle.wait() raised JobFailedError(status={exc.status!r}, "
+            f"error_class={exc.error_class!r})"
+        )
     return lines
 
 

@@ -20,7 +20,7 @@ import itertools
 import os
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -237,11 +237,13 @@ async def run(
 
 
 def main(
-    example: Callable[[str | None], Awaitable[Report]], argv: Sequence[str] | None = None
+    example: Callable[[str | None], Coroutine[Any, Any, Report]],
+    argv: Sequence[str] | None = None,
 ) -> Report:
     """The examples' command line: ``python -m examples.actors.NAME [--database-url URL]``."""
-    parser = argparse.ArgumentParser(description=(sys.modules[example.__module__].__doc__ or "")
-                                     .split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=(sys.modules[example.__module__].__doc__ or "").split("\n\n")[0]
+    )
     parser.add_argument(
         "--database-url",
         default=None,
