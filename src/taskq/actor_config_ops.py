@@ -184,7 +184,7 @@ class ActorsClient:
     async def deregister(
         self, actor: str, *, force: bool = False, purge_queue: bool = False
     ) -> DeregisterResult:
-        """Delete the actor's row; see the actors page for the refusals and ``force``.
+        """Delete the actor's row; docs/actors.md ("Deregistration") has the refusals.
 
         Without ``force``: refuses on active jobs or enabled schedules. With ``force``:
         still refuses on running jobs, cancels pending/scheduled ones
