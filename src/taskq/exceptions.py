@@ -1,7 +1,7 @@
 """Every exception taskq raises, rooted at :class:`TaskQError`.
 
 Each exception carries machine-readable fields, so callers branch on attributes, never on
-message text; docs/exceptions.md is generated from this module (tools/gen_exceptions_doc.py). Control-flow signals (:class:`Snooze`,
+message text; docs/exceptions.md is generated from this module (tools/gen_reference_docs.py). Control-flow signals (:class:`Snooze`,
 :class:`RetryAfter`) live here too because actors raise them.
 """
 
