@@ -42,9 +42,11 @@ def _url(url: str | URL) -> str:
     return url if isinstance(url, str) else url.render_as_string(hide_password=False)
 
 
-def _run(name: str, url: str | URL, cwd: Path) -> str:
+def _run(name: str, url: str | URL, cwd: Path, redis_url: str | None = None) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TASKQ_")}
     env["PYTHONPATH"] = str(ROOT)
+    if redis_url is not None:
+        env["TASKQ_REDIS_URL"] = redis_url
     proc = subprocess.run(
         [sys.executable, "-m", f"examples.actors.{name}", "--database-url", _url(url)],
         cwd=cwd,
@@ -279,6 +281,22 @@ def test_real_world(engine_url: str | URL, tmp_path: Path) -> None:
     assert len(re.findall(r"^charged ", out, re.M)) == 2  # one charge per order
     assert len(re.findall(r"^OrderResult: CONF-", out, re.M)) == 2
     assert "already queued" in out
+
+
+def test_ratelimit_and_progress_on_redis(pg_url: URL, redis_url: str, tmp_path: Path) -> None:
+    """With TASKQ_REDIS_URL the buckets are Redis ones and progress is streamed from Redis."""
+    out = _run("ratelimit", pg_url, tmp_path, redis_url)
+    found = _stored(pg_url, "examples_ratelimit_")
+    assert {s.row.status for group in found.values() for s in group} == {"succeeded"}
+    assert "renders in flight when each started: [1, 1]" in out
+    out = _run("progress", pg_url, tmp_path, redis_url)
+    events = re.findall(r"^seq (\d+): (\w+) ", out, re.M)
+    seqs = [int(n) for n, _ in events]
+    assert seqs == sorted(set(seqs))  # in seq order, no duplicate
+    assert events[-1][1] == "succeeded"
+    assert "progress" in {kind for _, kind in events}
+    [job] = _stored(pg_url, "examples_progress_")["examples_progress_transcode"]
+    assert job.row.status == "succeeded"
 
 
 def test_every_example_module_is_tested() -> None:
