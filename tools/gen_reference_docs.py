@@ -253,7 +253,7 @@ def _settings_table(model: Any, names: list[str]) -> list[str]:
             .replace("lt ", "< ")
         )
         rows.append(
-            f"| `TASKQ_{name.upper()}` | `{_cell(_type_name(field.annotation))}` | "
+            f"| `TASKQ_{name.upper()}` | {_cell(_type_name(field.annotation))} | "
             f"`{_cell(_default(field.default))}` | {constraint} | {_cell(field.description or '')} |"
         )
     return rows
