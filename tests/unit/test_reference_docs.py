@@ -66,7 +66,7 @@ def test_every_setting_is_in_the_settings_reference() -> None:
     page = gen_reference_docs.render_settings()
     for name in WorkerSettings.model_fields:
         assert f"| `TASKQ_{name.upper()}` |" in page
-    assert "| `TASKQ_LOCK_LEASE` | `timedelta` | `60 s` |" in page
+    assert "| `TASKQ_LOCK_LEASE` | timedelta | `60 s` |" in page
 
 
 def test_check_fails_on_a_stale_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
