@@ -27,13 +27,13 @@ import asyncio
 import os
 from collections.abc import Iterable
 from datetime import timedelta
-from typing import Literal
+from typing import Any, Literal
 from uuid import UUID
 
 from pydantic import BaseModel
 
 from examples.actors import runner
-from taskq import TaskQ, actor
+from taskq import ActorRef, TaskQ, actor
 from taskq.ratelimit import ConcurrencyReservation, KeyedRateLimitRef, TokenBucket
 
 QUEUE = "examples.ratelimit"
@@ -109,12 +109,12 @@ async def render_pdf(payload: Render) -> Rendered:
 
 
 async def enqueue(tq: TaskQ) -> Iterable[UUID]:
-    items: list[tuple[object, BaseModel]] = []
+    items: list[tuple[ActorRef[Any, Any], BaseModel]] = []
     items += [(geocode, Address(street=f"{n} Main Street")) for n in range(8)]
     items += [(sync_tenant, TenantSync(tenant="acme", page=n)) for n in range(3)]
     items += [(sync_tenant, TenantSync(tenant="globex", page=n)) for n in range(2)]
     items += [(render_pdf, Render(document=f"invoice-{n}.pdf")) for n in range(2)]
-    handles = await tq.jobs.enqueue_many(items)  # type: ignore[arg-type]
+    handles = await tq.jobs.enqueue_many(items)
     return [h.job_id for h in handles]
 
 
