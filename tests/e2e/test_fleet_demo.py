@@ -57,7 +57,9 @@ def test_run_demo(engine_url: str | URL, tmp_path: Path) -> None:
         re.M,
     )
     assert len(admitted) == 8
-    assert len(denials) >= 1  # 8 at once against a bucket of 2
+    # Every denial the worker logged is one the store recorded (and no budget was spent).
+    # How many there are is the dispatcher's business: a worker that claims only what the
+    # bucket admits may log none.
     assert (
         f"store: 8 jobs ['succeeded'], {len(denials)} denied attempts, retry budget spent: 0" in out
     )
