@@ -67,7 +67,7 @@ def test_the_index_links_every_page() -> None:
     missing = sorted(
         p.name for p in DOCS.glob("*.md") if p.name != "README.md" and p.name not in linked
     )
-    assert not missing, f"docs/README.md does not link: {missing}"
+    assert not missing, f"add to docs/README.md (the index) and mkdocs.yml's nav: {missing}"
 
 
 def test_slug_matches_mkdocs() -> None:
