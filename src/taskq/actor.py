@@ -282,8 +282,9 @@ def actor(
 ) -> ActorRef[Any, Any] | Callable[[Callable[..., Any]], ActorRef[Any, Any]]:
     """Declare a job handler. Plain (``@actor``) or parameterised (``@actor(queue=...)``).
 
-    Returns an :class:`ActorRef` carrying the payload and result types. See the actors
-    page for every option; all are validated here.
+    Returns an :class:`ActorRef` carrying the payload and result types. Every option is
+    described in docs/actors.md; all are validated here (``TypeError`` for a wrong type,
+    ``ValueError`` for an out-of-range value).
     """
     caller = sys._getframe(1)
     localns = dict(caller.f_locals)

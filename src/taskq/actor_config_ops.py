@@ -184,7 +184,7 @@ class ActorsClient:
     async def deregister(
         self, actor: str, *, force: bool = False, purge_queue: bool = False
     ) -> DeregisterResult:
-        """Delete the actor's row; see the actors page for the refusals and ``force``.
+        """Delete the actor's row; docs/actors.md ("Deregistration") has the refusals.
 
         Without ``force``: refuses on active jobs or enabled schedules. With ``force``:
         still refuses on running jobs, cancels pending/scheduled ones
@@ -237,8 +237,8 @@ def _queue_cap(value: object) -> int | None:
 class QueuesClient:
     """Operator-side queue settings on ``engine``: the fleet-wide per-queue cap.
 
-    Workers read ``queues.max_concurrent`` once, at startup (see the rate-limiting
-    page's queue-level concurrency cap), so a change applies as workers restart.
+    Workers read ``queues.max_concurrent`` once, at startup (docs/workers.md, "Boot"), so
+    a change applies as workers restart.
     """
 
     def __init__(self, engine: AsyncEngine, *, settings: TaskQSettings | None = None) -> None:

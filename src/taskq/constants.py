@@ -74,5 +74,5 @@ def validate_name(value: object, *, kind: str, pattern: re.Pattern[str] = PRIMIT
 
 
 def validate_queue_name(value: object) -> str:
-    """Validate a queue name against the actors page's pattern."""
+    """Validate a queue name: ``[A-Za-z0-9_][A-Za-z0-9_.-]*``, no ``:`` (docs/actors.md)."""
     return validate_name(value, kind="queue", pattern=QUEUE_NAME_RE)

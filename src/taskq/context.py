@@ -27,7 +27,11 @@ P = TypeVar("P")
 class SubJobEnqueuer(Protocol):
     """Enqueue sub-jobs from inside an actor body (the worker supplies the implementation)."""
 
-    async def enqueue(self, actor: Any, payload: Any, /, **options: Any) -> Any: ...
+    async def enqueue(self, actor: Any, payload: Any, /, **options: Any) -> Any:
+        """Enqueue ``actor`` with ``payload`` as a child of the running job; ``options`` are
+        ``JobsClient.enqueue``'s plus ``inherit_tags``, ``unique_for`` and ``max_pending``.
+        Returns the child's ``JobHandle``."""
+        ...
 
 
 ProgressSink = Callable[..., Awaitable[None]]

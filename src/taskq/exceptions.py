@@ -1,7 +1,7 @@
 """Every exception taskq raises, rooted at :class:`TaskQError`.
 
-Each exception carries the machine-readable fields the reference pages list, so callers
-branch on attributes, never on message text. Control-flow signals (:class:`Snooze`,
+Each exception carries machine-readable fields, so callers branch on attributes, never on
+message text; docs/exceptions.md is generated from this module (tools/gen_reference_docs.py). Control-flow signals (:class:`Snooze`,
 :class:`RetryAfter`) live here too because actors raise them.
 """
 
@@ -49,7 +49,9 @@ class TaskQError(Exception):
 
 
 class ConfigurationError(TaskQError, ValueError):
-    """A setting holds a value taskq cannot use.
+    """A setting holds a value taskq cannot use: raised by ``TaskQSettings.load()`` /
+    ``WorkerSettings.load()``, and at worker boot for a configuration it cannot run
+    (an actor naming a rate limit or reservation nobody registered).
 
     ``variable`` names the environment variable (``TASKQ_*``) or argument at fault.
     """
@@ -60,7 +62,8 @@ class ConfigurationError(TaskQError, ValueError):
 
 
 class SchemaNotReady(TaskQError):
-    """A taskq table does not exist yet: the schema has not been migrated.
+    """A taskq table does not exist yet: the schema has not been migrated. Raised by any
+    operation on such a database (enqueue, a worker's boot, the CLI).
 
     ``table`` names the missing table; ``command`` is what to run to create it.
     """
@@ -72,7 +75,12 @@ class SchemaNotReady(TaskQError):
 
 
 class PayloadValidationError(TaskQError, ValueError):
-    """A payload did not validate against the actor's payload model. Never retried."""
+    """A payload did not validate against the actor's payload model.
+
+    Raised by enqueue (nothing is written) and by direct invocation; a stored payload that
+    no longer fits the model fails its job at once, never retried. ``errors`` is pydantic's
+    error list (or a message).
+    """
 
     def __init__(self, actor: str, errors: Sequence[Mapping[str, Any]] | str) -> None:
         self.actor = actor
@@ -83,7 +91,9 @@ class PayloadValidationError(TaskQError, ValueError):
 class ReservationUnavailable(TaskQError):
     """A reservation slot or rate-limit token could not be acquired.
 
-    ``retry_after`` is always a ``timedelta >= 0``, never ``None``.
+    Raised inside the worker before a handler runs (the attempt is snoozed until
+    ``retry_after``, no retry budget spent) and by ``RateLimitRegistry.acquire_for_actor``.
+    ``bucket_name`` names the primitive; ``retry_after`` is always a ``timedelta >= 0``, never ``None``.
     """
 
     def __init__(self, bucket_name: str, retry_after: timedelta) -> None:
@@ -97,11 +107,12 @@ class ReservationUnavailable(TaskQError):
 
 
 class RedisUnavailableError(TaskQError, RuntimeError):
-    """A ``"redis"`` backend was used with no client, or without the ``redis`` extra."""
+    """A ``"redis"`` rate-limit backend was used with no Redis client (pass one, or set
+    ``TASKQ_REDIS_URL``), or without the ``redis`` extra."""
 
 
 class SingletonCollisionError(TaskQError):
-    """A singleton actor already has an active job.
+    """Raised by enqueue: a singleton actor already has an active job.
 
     ``blocking_job_id`` is the existing job from the pre-flight query, or ``None`` when the
     collision was caught by the partial unique index (the race path). ``retry_after`` comes
@@ -135,7 +146,8 @@ class SingletonCollisionError(TaskQError):
 
 
 class MaxPendingExceededError(TaskQError):
-    """The actor's pending + scheduled count reached its effective ``max_pending``."""
+    """Raised by enqueue: the actor's pending + scheduled count reached its effective
+    ``max_pending`` (a stored ``actor_config`` value, else the decorator's)."""
 
     def __init__(self, actor: str, current_count: int, max_pending: int) -> None:
         self.actor = actor
@@ -153,7 +165,9 @@ class ActorDeregistrationError(TaskQError):
 
 
 class ActorHasActiveJobsError(ActorDeregistrationError):
-    """Non-terminal jobs still reference the actor."""
+    """Non-terminal jobs still reference the actor (with ``force=True``: running ones).
+
+    ``status_counts`` maps each active status to its count."""
 
     def __init__(self, actor: str, active_count: int, status_counts: dict[str, int]) -> None:
         self.active_count = active_count
@@ -162,7 +176,7 @@ class ActorHasActiveJobsError(ActorDeregistrationError):
 
 
 class ActorHasEnabledSchedulesError(ActorDeregistrationError):
-    """Enabled cron schedules still reference the actor."""
+    """Enabled cron schedules still reference the actor (refused without ``force``)."""
 
     def __init__(self, actor: str, schedule_ids: list[str]) -> None:
         self.schedule_ids = schedule_ids
@@ -170,7 +184,7 @@ class ActorHasEnabledSchedulesError(ActorDeregistrationError):
 
 
 class ActorNotFoundError(ActorDeregistrationError):
-    """No stored ``actor_config`` row exists for the actor."""
+    """No stored ``actor_config`` row exists for the actor: nothing to deregister."""
 
     def __init__(self, actor: str) -> None:
         super().__init__(actor, f"actor {actor!r} has no actor_config row")
@@ -190,7 +204,8 @@ class SubEnqueueError(TaskQError):
 
 
 class ProgressTooLarge(TaskQError, ValueError):
-    """A progress ``data`` payload serialises past ``progress_data_max_bytes``."""
+    """Raised by ``ctx.progress()``: its ``data`` serialises to ``size`` bytes, past
+    ``TASKQ_PROGRESS_DATA_MAX_BYTES`` (``limit``)."""
 
     def __init__(self, size: int, limit: int) -> None:
         self.size = size
@@ -215,7 +230,7 @@ class ScheduleExistsError(TaskQError, ValueError):
 
 
 class JobNotFoundError(TaskQError, LookupError):
-    """No job row has this id."""
+    """No job row has this id: raised by ``JobsClient.get`` and ``JobsClient.cancel``."""
 
     def __init__(self, job_id: UUID) -> None:
         self.job_id = job_id
@@ -236,7 +251,10 @@ class JobNotRetryableError(TaskQError, ValueError):
 
 
 class JobFailedError(TaskQError):
-    """``JobHandle.wait()`` found the job ended without success."""
+    """``JobHandle.wait()`` found the job ended without success (``failed``).
+
+    ``status``, ``error_class`` and ``error`` are the row's.
+    """
 
     def __init__(
         self, job_id: UUID, status: str, error_class: str | None, error: str | None
@@ -249,11 +267,12 @@ class JobFailedError(TaskQError):
 
 
 class JobCancelledError(JobFailedError):
-    """``JobHandle.wait()`` found the job cancelled."""
+    """``JobHandle.wait()`` found the job ``cancelled`` (``error_class`` says how)."""
 
 
 class WaitTimeout(TaskQError, TimeoutError):
-    """``JobHandle.wait(timeout=)`` ran out before the job finished."""
+    """``JobHandle.wait(timeout=)`` or ``progress_stream(timeout=)`` ran out before the job
+    finished. The job itself is untouched."""
 
     def __init__(self, job_id: UUID, timeout: float) -> None:
         self.job_id = job_id
@@ -262,7 +281,8 @@ class WaitTimeout(TaskQError, TimeoutError):
 
 
 class MissingProvider(TaskQError, LookupError):
-    """A DI dependency has no registered provider."""
+    """A DI dependency has no registered provider: raised by ``ProviderRegistry.validate``
+    and at worker boot, before any job runs. ``requested_by`` names the actor or provider."""
 
     def __init__(self, dependency: type[object], requested_by: str) -> None:
         self.dependency = dependency
@@ -271,7 +291,8 @@ class MissingProvider(TaskQError, LookupError):
 
 
 class ScopeViolation(TaskQError):
-    """A provider depends on a provider of narrower scope."""
+    """A provider depends on a provider of narrower scope: raised by
+    ``ProviderRegistry.validate``."""
 
     def __init__(self, provider: type[object], dependency: type[object], message: str) -> None:
         self.provider = provider
@@ -313,7 +334,9 @@ class RedisExtraMissing(RedisUnavailableError, ImportError):
 
 
 class StartToCloseTimeout(TaskQError, TimeoutError):
-    """An attempt ran longer than its ``start_to_close``; retried per the actor's policy."""
+    """An attempt ran longer than its ``start_to_close``; retried per the actor's policy.
+
+    Not raised to callers: it is the attempt's recorded ``error_class``."""
 
     def __init__(self, actor: str, job_id: UUID, timeout_s: float) -> None:
         self.actor = actor
@@ -323,7 +346,8 @@ class StartToCloseTimeout(TaskQError, TimeoutError):
 
 
 class ScheduleToCloseTimeout(TaskQError, TimeoutError):
-    """A job's ``schedule_to_close`` (its whole life, retries included) ran out: it fails."""
+    """A job's ``schedule_to_close`` (its whole life, retries included) ran out: it fails,
+    never retried. Recorded as the job's ``error_class``."""
 
     def __init__(self, actor: str, job_id: UUID) -> None:
         self.actor = actor

@@ -47,10 +47,20 @@ class TaskQSettings(BaseSettings):
     actor_config_cache_ttl: timedelta = Field(
         default=timedelta(seconds=5), description="TTL of the enqueue-side actor_config cache."
     )
-    admin_ui_allow_rate_limit_reset: bool = False
-    admin_actions_enabled: bool = False
-    sqlite_busy_timeout_ms: int = Field(default=30_000, ge=0)
-    pool_size: int = Field(default=10, ge=1)
+    admin_ui_allow_rate_limit_reset: bool = Field(
+        default=False, description="Lets the admin UI reset rate limits."
+    )
+    admin_actions_enabled: bool = Field(
+        default=False, description="Enables admin UI write actions (deregister, cancel)."
+    )
+    sqlite_busy_timeout_ms: int = Field(
+        default=30_000, ge=0, description="How long a SQLite writer waits for the write lock."
+    )
+    pool_size: int = Field(
+        default=10,
+        ge=1,
+        description="Connections in each engine's pool (it may overflow by as many again).",
+    )
 
     _warned_default_db: ClassVar[bool] = False
 
@@ -98,16 +108,42 @@ class WorkerSettings(TaskQSettings):
 
     max_concurrency: int = Field(default=10, ge=1, description="Jobs one process runs at once.")
     queues: tuple[str, ...] = Field(default=("default",), description="Queues this worker claims.")
-    lock_lease: timedelta = Field(default=timedelta(seconds=60))
-    heartbeat_interval: timedelta = Field(default=timedelta(seconds=10))
-    sweep_interval: timedelta = Field(default=timedelta(seconds=30))
-    poll_interval: timedelta = Field(default=timedelta(milliseconds=200))
-    claim_batch_size: int = Field(default=100, ge=1)
-    cancellation_grace_period: timedelta = Field(default=timedelta(seconds=30))
-    cleanup_grace_period: timedelta = Field(default=timedelta(seconds=10))
-    termination_grace_period: timedelta = Field(default=timedelta(seconds=60))
-    progress_data_max_bytes: int = Field(default=8192, ge=1)
-    progress_flush_interval: timedelta = Field(default=timedelta(seconds=2))
+    lock_lease: timedelta = Field(
+        default=timedelta(seconds=60),
+        description="How long a claimed job stays this worker's without a heartbeat.",
+    )
+    heartbeat_interval: timedelta = Field(
+        default=timedelta(seconds=10), description="Lease renewal and worker-row stamp period."
+    )
+    sweep_interval: timedelta = Field(
+        default=timedelta(seconds=30),
+        description="How often the leader reclaims expired leases and drops expired results.",
+    )
+    poll_interval: timedelta = Field(
+        default=timedelta(milliseconds=200),
+        description="Longest idle sleep between claims (SQLite's only wake-up).",
+    )
+    claim_batch_size: int = Field(
+        default=100, ge=1, description="Most jobs one claim statement takes."
+    )
+    cancellation_grace_period: timedelta = Field(
+        default=timedelta(seconds=30),
+        description="Cooperative phase of a job cancel and of shutdown's CANCELLING.",
+    )
+    cleanup_grace_period: timedelta = Field(
+        default=timedelta(seconds=10),
+        description="Forced phase of a job cancel (before abandon) and of shutdown's FORCING.",
+    )
+    termination_grace_period: timedelta = Field(
+        default=timedelta(seconds=60),
+        description="Total shutdown budget; the watchdog ends the process 5 s after it.",
+    )
+    progress_data_max_bytes: int = Field(
+        default=8192, ge=1, description="Largest ctx.progress(data=...) in JSON bytes."
+    )
+    progress_flush_interval: timedelta = Field(
+        default=timedelta(seconds=2), description="How often coalesced progress is written."
+    )
     log_level: str = Field(default="INFO", description="Worker log level (structlog).")
     boot_retry_timeout: timedelta = Field(
         default=timedelta(seconds=60),

@@ -26,6 +26,8 @@ class UTCDateTime(TypeDecorator[datetime]):
     cache_ok = True
 
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        """The value as written: an aware datetime in UTC (naive UTC on SQLite); a naive
+        one is a ``ValueError``."""
         if value is None:
             return None
         if value.tzinfo is None:
@@ -34,6 +36,7 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
 
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        """The value as read: always an aware UTC datetime, on every engine."""
         if value is None:
             return None
         if isinstance(value, str):

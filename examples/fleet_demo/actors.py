@@ -1,0 +1,74 @@
+"""The fleet demo's actors, all on the queue ``fleet``.
+
+- ``call_partner_api``: limited to 2 at once and 2 a second by the token bucket
+  ``fleet.partner_api`` (in-process; Redis when ``TASKQ_REDIS_URL`` is set).
+- ``build_report``: a long job that checks ``ctx.check_cancelled()`` between steps, so
+  an operator's cancel ends it ``CancelledCooperatively``.
+- ``migrate_tenant``: a long job that is running when the deploy's SIGTERM arrives; it
+  raises when the worker asks it to stop, goes back to ``pending`` with no budget spent,
+  and finishes on the next worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from taskq import ActorRef, JobContext, actor
+from taskq.ratelimit import TokenBucket
+
+QUEUE = "fleet"
+BACKEND: Literal["redis", "memory"] = "redis" if os.environ.get("TASKQ_REDIS_URL") else "memory"
+PARTNER_API = TokenBucket("fleet.partner_api", capacity=2, refill_per_second=2, backend=BACKEND)
+
+
+class PartnerCall(BaseModel):
+    n: int
+
+
+class Report(BaseModel):
+    name: str
+    steps: int
+
+
+class Tenant(BaseModel):
+    tenant: str
+    steps: int
+
+
+class Done(BaseModel):
+    steps: int
+    attempt: int
+
+
+@actor(name="fleet_call_partner_api", queue=QUEUE, rate_limits=[PARTNER_API])
+async def call_partner_api(payload: PartnerCall) -> Done:
+    """One call to a partner that allows two a second."""
+    return Done(steps=1, attempt=1)
+
+
+@actor(name="fleet_build_report", queue=QUEUE)
+async def build_report(payload: Report, ctx: JobContext[Report]) -> Done:
+    """Many small steps; exits promptly once cancelled."""
+    for step in range(payload.steps):
+        ctx.check_cancelled()  # raises CancelledError once an operator cancelled the job
+        await ctx.progress(step=step)
+        await asyncio.sleep(0.1)
+    return Done(steps=payload.steps, attempt=ctx.attempt)
+
+
+@actor(name="fleet_migrate_tenant", queue=QUEUE)
+async def migrate_tenant(payload: Tenant, ctx: JobContext[Tenant]) -> Done:
+    """Long enough to be caught by a deploy; safe to run again from the start."""
+    for _ in range(payload.steps):
+        ctx.check_cancelled()  # also set when the worker is shutting down
+        await asyncio.sleep(0.1)
+    return Done(steps=payload.steps, attempt=ctx.attempt)
+
+
+registry: dict[str, ActorRef[Any, Any]] = {
+    ref.name: ref for ref in (call_partner_api, build_report, migrate_tenant)
+}

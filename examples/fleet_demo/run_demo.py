@@ -1,0 +1,261 @@
+"""Run the fleet demo: ``python -m examples.fleet_demo.run_demo [--database-url URL]``.
+
+Three acts, each narrated from the worker's own log lines (``[worker A] ...``, the JSON
+the worker process writes, shortened) and from the store (``store: ...``):
+
+1. **Rate-limit denials.** Eight ``fleet_call_partner_api`` jobs arrive at once; the
+   token bucket admits two at once and two a second. Each denied attempt is logged as
+   ``job-finished ... outcome=snooze error_class=ReservationUnavailable``: the job waits
+   for the bucket's ``retry_after`` and spends no retry budget. All eight succeed.
+2. **An operator cancels a running job.** ``fleet_build_report`` is cancelled with
+   ``JobsClient.cancel()`` while it runs; the worker logs ``job-cancel-requested``
+   (phase 1, cooperative), the actor's ``ctx.check_cancelled()`` raises, and the job ends
+   ``cancelled`` / ``CancelledCooperatively``.
+3. **A SIGTERM deploy.** ``fleet_migrate_tenant`` is running when worker A gets SIGTERM:
+   it logs ``worker-shutdown-requested`` and each ``worker-shutdown-phase`` (DRAINING,
+   CANCELLING, ...), hands the interrupted job back (``outcome=release``,
+   ``WorkerShutdown``: back to ``pending``, no budget spent), logs ``worker-stopped`` and
+   exits 0. Worker B, the new release, claims the job and finishes it on attempt 2.
+
+Cron budgets are not in this demo yet: scheduling is not part of this version of taskq.
+The database defaults to ``TASKQ_DATABASE_URL``, else the embedded SQLite file
+``./taskq.db``; ``TASKQ_REDIS_URL`` moves the bucket to Redis.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from examples.fleet_demo.actors import (
+    PartnerCall,
+    Report,
+    Tenant,
+    build_report,
+    call_partner_api,
+    migrate_tenant,
+)
+from taskq.client import JobHandle, TaskQ
+from taskq.db import migrate
+from taskq.db.engine import make_engine
+from taskq.settings import TaskQSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+TERMINAL = ("succeeded", "failed", "cancelled")
+Event = dict[str, Any]
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+class WorkerProcess:
+    """One worker subprocess and the log events it has written so far."""
+
+    def __init__(self, label: str, proc: asyncio.subprocess.Process) -> None:
+        self.label = label
+        self.proc = proc
+        self.events: list[Event] = []
+        self._changed = asyncio.Event()
+        self._reader = asyncio.ensure_future(self._read())
+
+    @classmethod
+    async def start(cls, label: str, database_url: str) -> WorkerProcess:
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+            "TASKQ_DATABASE_URL": database_url,
+            "TASKQ_QUEUES": '["fleet"]',
+            "TASKQ_LOG_LEVEL": "DEBUG",  # job-finished lines are DEBUG
+            "TASKQ_MAX_CONCURRENCY": "8",
+            "TASKQ_POLL_INTERVAL": "0.05",
+            "TASKQ_CANCELLATION_GRACE_PERIOD": "5",
+            "TASKQ_CLEANUP_GRACE_PERIOD": "2",
+            "TASKQ_TERMINATION_GRACE_PERIOD": "20",
+        }
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "examples.fleet_demo.worker",
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        worker = cls(label, proc)
+        say(f"demo: started worker {label} (pid {proc.pid})")
+        await worker.wait_for(lambda e: e.get("event") == "worker-started", "worker-started")
+        return worker
+
+    async def _read(self) -> None:
+        assert self.proc.stdout is not None
+        async for raw in self.proc.stdout:
+            line = raw.decode(errors="replace").strip()
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue  # not one of the worker's JSON log lines
+            if isinstance(event, dict):
+                self.events.append(event)
+                self._narrate(event)
+                self._changed.set()
+        self._changed.set()
+
+    def _narrate(self, e: Event) -> None:
+        name = e.get("event")
+        tag = f"[worker {self.label}] {name}:"
+        if name == "worker-started":
+            say(f"{tag} queues={e.get('queues')} concurrency={e.get('concurrency')}")
+        elif name == "job-finished":
+            say(
+                f"{tag} {e.get('actor')} attempt={e.get('attempt')} "
+                f"outcome={e.get('outcome')} error_class={e.get('error_class')}"
+            )
+        elif name in ("job-cancel-requested", "job-cancel-forced", "job-cancel-abandoned"):
+            say(f"{tag} {e.get('actor')} attempt={e.get('attempt')} phase={e.get('phase')}")
+        elif name == "worker-shutdown-requested":
+            say(f"{tag} signal={e.get('signal')}")
+        elif name == "worker-shutdown-phase":
+            say(f"{tag} {e.get('phase')}")
+        elif name == "worker-stopped":
+            say(f"{tag} lingering_threads={e.get('lingering_threads')}")
+        elif e.get("level") in ("warning", "error", "critical"):
+            say(f"{tag} {json.dumps({k: v for k, v in e.items() if k != 'event'})}")
+
+    async def wait_for(
+        self, match: Callable[[Event], bool], what: str, timeout_s: float = 60.0
+    ) -> Event:
+        """The first event (old or new) for which ``match`` is true."""
+        deadline = time.monotonic() + timeout_s
+        seen = 0
+        while True:
+            for event in self.events[seen:]:
+                if match(event):
+                    return event
+            seen = len(self.events)
+            if self._reader.done():
+                raise RuntimeError(f"worker {self.label} exited before logging {what}")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"worker {self.label} did not log {what} in {timeout_s}s")
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), left)
+
+    async def stop(self) -> int:
+        """SIGTERM, as a deploy or ``systemctl stop`` sends it; the exit code."""
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+        code = await self.proc.wait()
+        await self._reader
+        return code
+
+
+async def _wait_status(
+    tq: TaskQ, job_id: UUID, statuses: Sequence[str], timeout_s: float = 60.0
+) -> Any:
+    handle: JobHandle[Any] = await tq.jobs.get(job_id)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        record = await handle.refresh()
+        if record.status in statuses:
+            return record
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"job {job_id} still {record.status} after {timeout_s}s")
+        await asyncio.sleep(0.05)
+
+
+async def act_rate_limits(tq: TaskQ, worker: WorkerProcess) -> None:
+    say("\n== act 1: rate-limit denials ==")
+    say("demo: enqueue 8 calls to a partner API that allows 2 at once and 2 a second")
+    handles = await tq.jobs.enqueue_many([(call_partner_api, PartnerCall(n=n)) for n in range(8)])
+    records = [await _wait_status(tq, h.job_id, TERMINAL) for h in handles]
+    attempts = [await (await tq.jobs.get(h.job_id)).attempts() for h in handles]
+    denied = sum(
+        1 for tries in attempts for a in tries if a.error_class == "ReservationUnavailable"
+    )
+    budget = sum(r.budget_used for r in records)
+    statuses = sorted({r.status for r in records})
+    say(f"store: 8 jobs {statuses}, {denied} denied attempts, retry budget spent: {budget}")
+
+
+async def act_operator_cancel(tq: TaskQ, worker: WorkerProcess) -> None:
+    say("\n== act 2: an operator cancels a running job ==")
+    handle = await tq.jobs.enqueue(build_report, Report(name="q3-revenue", steps=600))
+    await _wait_status(tq, handle.job_id, ("running",))
+    say(f"operator: cancel job {handle.job_id} ({build_report.name}, running)")
+    await tq.jobs.cancel(handle.job_id)
+    await worker.wait_for(
+        lambda e: (
+            e.get("event") == "job-cancel-requested" and e.get("job_id") == str(handle.job_id)
+        ),
+        "job-cancel-requested",
+    )
+    record = await _wait_status(tq, handle.job_id, TERMINAL)
+    say(f"store: {build_report.name} {record.status} / {record.error_class}")
+
+
+async def act_deploy(tq: TaskQ, worker: WorkerProcess, database_url: str) -> WorkerProcess:
+    say("\n== act 3: a SIGTERM deploy ==")
+    handle = await tq.jobs.enqueue(migrate_tenant, Tenant(tenant="acme", steps=30))
+    await _wait_status(tq, handle.job_id, ("running",))
+    say(f"deploy: SIGTERM to worker {worker.label} while {migrate_tenant.name} is running")
+    code = await worker.stop()
+    record = await (await tq.jobs.get(handle.job_id)).refresh()
+    say(f"demo: worker {worker.label} exited with code {code}")
+    say(
+        f"store: {migrate_tenant.name} is {record.status} after attempt {record.attempt} "
+        f"(retry budget spent: {record.budget_used})"
+    )
+    new = await WorkerProcess.start("B", database_url)
+    record = await _wait_status(tq, handle.job_id, TERMINAL)
+    tries = await (await tq.jobs.get(handle.job_id)).attempts()
+    outcomes = ", ".join(f"{a.outcome}/{a.error_class}" for a in tries)
+    say(f"store: {migrate_tenant.name} {record.status} on attempt {record.attempt}: {outcomes}")
+    return new
+
+
+async def main_async(database_url: str | None) -> int:
+    settings = TaskQSettings.load(**({"database_url": database_url} if database_url else {}))
+    url = settings.effective_database_url
+    engine = make_engine(url, settings=settings)
+    worker: WorkerProcess | None = None
+    try:
+        await migrate.upgrade(engine, settings=settings)
+        async with TaskQ(engine=engine, settings=settings) as tq:
+            worker = await WorkerProcess.start("A", url)
+            await act_rate_limits(tq, worker)
+            await act_operator_cancel(tq, worker)
+            worker = await act_deploy(tq, worker, url)
+            say("\n== the end ==")
+            code = await worker.stop()
+            worker = None
+            say(f"demo: worker B exited with code {code}")
+            say("demo: cron budgets are not shown: scheduling is not part of this version")
+            return 0
+    finally:
+        if worker is not None and worker.proc.returncode is None:
+            worker.proc.kill()
+            await worker.proc.wait()
+        await engine.dispose()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="taskq's fleet demo, narrated from a worker's logs"
+    )
+    parser.add_argument("--database-url", default=None)
+    args = parser.parse_args(argv)
+    return asyncio.run(main_async(args.database_url))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

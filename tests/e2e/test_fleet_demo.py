@@ -1,0 +1,115 @@
+"""``python -m examples.fleet_demo.run_demo`` runs to completion and narrates every event
+it promises, from a real worker process's log lines, and the store agrees."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.engine import URL
+
+from taskq.db.tables import job_attempts, jobs
+from taskq_sync.db.engine import make_engine, transaction
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _in_order(text: str, *needles: str) -> None:
+    at = 0
+    for needle in needles:
+        found = text.find(needle, at)
+        assert found >= 0, f"{needle!r} missing (after offset {at}) in:\n{text}"
+        at = found + len(needle)
+
+
+def test_run_demo(engine_url: str | URL, tmp_path: Path) -> None:
+    url = engine_url if isinstance(engine_url, str) else engine_url.render_as_string(False)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TASKQ_")}
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "examples.fleet_demo.run_demo", "--database-url", url],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    out = proc.stdout
+    assert proc.returncode == 0, out + proc.stderr
+
+    # Act 1: denials come from the worker's log, and the store counts the same number.
+    denials = re.findall(
+        r"^\[worker A\] job-finished: fleet_call_partner_api attempt=\d+ outcome=snooze "
+        r"error_class=ReservationUnavailable$",
+        out,
+        re.M,
+    )
+    admitted = re.findall(
+        r"^\[worker A\] job-finished: fleet_call_partner_api attempt=\d+ outcome=succeeded",
+        out,
+        re.M,
+    )
+    assert len(admitted) == 8
+    # Every denial the worker logged is one the store recorded (and no budget was spent).
+    # How many there are is the dispatcher's business: a worker that claims only what the
+    # bucket admits may log none.
+    assert (
+        f"store: 8 jobs ['succeeded'], {len(denials)} denied attempts, retry budget spent: 0" in out
+    )
+
+    # Act 2 and 3, in the order they happen.
+    _in_order(
+        out,
+        "[worker A] worker-started: queues=['fleet']",
+        "== act 2: an operator cancels a running job ==",
+        "operator: cancel job",
+        "[worker A] job-cancel-requested: fleet_build_report attempt=1 phase=1",
+        "[worker A] job-finished: fleet_build_report attempt=1 outcome=cancelled "
+        "error_class=CancelledCooperatively",
+        "store: fleet_build_report cancelled / CancelledCooperatively",
+        "deploy: SIGTERM to worker A while fleet_migrate_tenant is running",
+        "[worker A] worker-shutdown-requested: signal=SIGTERM",
+        "[worker A] worker-shutdown-phase: DRAINING",
+        "[worker A] worker-shutdown-phase: CANCELLING",
+        "[worker A] job-finished: fleet_migrate_tenant attempt=1 outcome=release "
+        "error_class=WorkerShutdown",
+        "[worker A] worker-shutdown-phase: STOPPED",
+        "[worker A] worker-stopped",
+        "demo: worker A exited with code 0",
+        "store: fleet_migrate_tenant is pending after attempt 1 (retry budget spent: 0)",
+        "[worker B] worker-started",
+        "[worker B] job-finished: fleet_migrate_tenant attempt=2 outcome=succeeded",
+        "store: fleet_migrate_tenant succeeded on attempt 2: retried/WorkerShutdown, "
+        "succeeded/None",
+        "demo: worker B exited with code 0",
+        "cron budgets are not shown",
+    )
+
+    engine = make_engine(url)
+    try:
+        with transaction(engine, readonly=True) as conn:
+            rows = {r.actor: r for r in conn.execute(select(jobs)).all()}
+            tenant = rows["fleet_migrate_tenant"]
+            outcomes = [
+                (a.outcome, a.error_class)
+                for a in conn.execute(
+                    select(job_attempts)
+                    .where(job_attempts.c.job_id == tenant.id)
+                    .order_by(job_attempts.c.attempt)
+                ).all()
+            ]
+    finally:
+        engine.dispose()
+    assert (rows["fleet_build_report"].status, rows["fleet_build_report"].error_class) == (
+        "cancelled",
+        "CancelledCooperatively",
+    )
+    assert (tenant.status, tenant.budget_used) == ("succeeded", 0)
+    assert outcomes == [("retried", "WorkerShutdown"), ("succeeded", None)]
