@@ -1,3 +1,4 @@
+# sync twin: src/taskq_sync/handle.py
 """``JobHandle[R]``: a reference to one enqueued job, and the way to wait for its result."""
 
 from __future__ import annotations

@@ -143,7 +143,7 @@ class JobsClient:
             return []
         made = _Items(items)
         with enqueue_span((), len(items)) as span:
-            batch = made.batch()
+            batch = made.batch()  # in the span: the jobs carry its trace context
             stamp_actors(span, batch.actors)
             if connection is None:
                 outcomes = self.backend.enqueue_batch(batch)
@@ -177,7 +177,7 @@ class TaskQ:
     """The application's handle on taskq: owns an engine, exposes ``jobs``, ``actors`` and
     ``queues``.
 
-    ``async with TaskQ(dsn=...) as tq: await tq.jobs.enqueue(...)``. ``dsn`` is a
+    ``with TaskQ(dsn=...) as tq: tq.jobs.enqueue(...)``. ``dsn`` is a
     SQLAlchemy URL (a plain ``postgresql://`` means psycopg); without it,
     ``TASKQ_DATABASE_URL`` or the embedded SQLite file. Pass ``engine=`` to share an
     engine you own (it is then not disposed on exit).
@@ -235,7 +235,7 @@ class _Items:
     def __init__(self, items: Sequence[EnqueueArgs | tuple[ActorRef[Any, Any] | str, Any]]) -> None:
         self.items = items
         self.refs: list[ActorRef[Any, Any]] = []
-        "The actor of each item made so far (all of them when they are all pairs)."
+        """The actor of each item made so far (all of them when they are all pairs)."""
         self._resolved = False
         self._templates: dict[int, EnqueueRequest] = {}
         self._bulk: BulkRows | None = None
@@ -244,11 +244,11 @@ class _Items:
         """The items' :class:`~taskq.request_batch.RequestBatch` (``plain`` when known)."""
         refs: list[ActorRef[Any, Any]] = []
         models: list[Any] = []
-        exact = True
+        exact = True  # every payload is an instance of exactly its actor's model
         last: object = _NO_ACTOR
         ref: ActorRef[Any, Any] | None = None
         payload_type: object = None
-        for item in self.items:
+        for item in self.items:  # one pass, each run of items naming one actor resolved once
             if type(item) is not tuple or len(item) != 2:
                 return RequestBatch(len(self.items), self.make)
             actor, model = item
@@ -319,7 +319,7 @@ class _Items:
                 ref = _resolve(actor)
                 self.refs.append(ref)
             if type(payload) is ref.payload_type:
-                made.append(None)
+                made.append(None)  # made below, with the actor's other deferred items
                 _, indexes, payloads = deferred.setdefault(id(ref), (ref, [], []))
                 indexes.append(index - start)
                 payloads.append(payload)
@@ -330,11 +330,11 @@ class _Items:
             template = self._template(ref)
             for i, body in zip(indexes, ref.dump_payloads(payloads), strict=True):
                 made[i] = request_like(template, body, ids[i])
-        return cast("list[EnqueueRequest]", made)
+        return cast("list[EnqueueRequest]", made)  # every None was filled in above
 
 
 _NO_ACTOR = object()
-"No item's actor (what :meth:`_Items.batch` compares the first item's with)."
+"""No item's actor (what :meth:`_Items.batch` compares the first item's with)."""
 
 
 def _find(actor: object) -> ActorRef[Any, Any] | None:

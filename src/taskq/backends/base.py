@@ -1,3 +1,4 @@
+# sync twin: src/taskq_sync/backends/base.py
 """The :class:`Backend` protocol: what a job store offers the producer-side clients.
 
 ``SqlBackend`` (Postgres and SQLite through SQLAlchemy) and ``InMemoryBackend`` (tests)

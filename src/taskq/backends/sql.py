@@ -1,3 +1,4 @@
+# sync twin: src/taskq_sync/backends/sql.py
 """``SqlBackend``: the job store on a SQLAlchemy engine, for Postgres and SQLite alike.
 
 Enqueue runs the actors page's checks in order inside one transaction. Single-flight

@@ -1,3 +1,4 @@
+# sync twin: src/taskq_sync/ratelimit/_redis_utils.py
 """Running the Lua scripts on Redis, and falling back to Postgres when Redis is down.
 
 The hot path is ONE ``EVALSHA`` round trip (:func:`evalsha`). For a plain ``Redis``

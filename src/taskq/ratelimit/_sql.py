@@ -1,3 +1,4 @@
+# sync twin: src/taskq_sync/ratelimit/_sql.py
 """The ``"postgres"`` rate-limit backend, which also runs on SQLite.
 
 On Postgres a token-bucket or GCRA acquire is ONE statement on an autocommit connection

@@ -1,3 +1,4 @@
+# sync twin: src/taskq_sync/ratelimit/registry.py
 """``RateLimitRegistry``: named primitives, keyed materialisation and AND-composition.
 
 Two namespaces (rate limits; reservations). ``acquire_for_actor`` takes an actor's

@@ -1,3 +1,4 @@
+# sync twin: src/taskq_sync/ratelimit/reservation.py
 """``ConcurrencyReservation``: at most ``slots`` holders at once, by leased slot rows.
 
 On Postgres each slot is a row of ``reservation_slots`` claimed with

@@ -1,3 +1,4 @@
+# sync twin: src/taskq_sync/ratelimit/sliding_window.py
 """``SlidingWindow``: at most ``limit`` requests in any rolling ``window``.
 
 ``style="log"`` keeps one entry per accepted request (exact; refundable on Redis by

@@ -1,3 +1,4 @@
+# sync twin: src/taskq_sync/ratelimit/token_bucket.py
 """``TokenBucket``: throughput with burst tolerance, on Redis, Postgres/SQLite or memory."""
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ class Backend(Protocol):
         """Request cancellation; ``None`` when the job does not exist."""
         ...
 
-    def wait_for(self, job_id: UUID, timeout: float | None) -> JobRecord | None:
+    def wait_for(self, job_id: UUID, timeout: float | None) -> JobRecord | None:  # noqa: ASYNC109
         """Block until the job is terminal (or ``timeout`` seconds pass); return its row.
 
         Returns the last-seen (non-terminal) row on timeout, ``None`` if it does not exist.

@@ -83,17 +83,19 @@ def _errors() -> tuple[
     except ImportError:
         return (_NeverRaised, _NeverRaised, (_NeverRaised,), None, None)
     major, minor = (int(part) for part in __version__.split(".")[:2])
-    direct = Redis if (major, minor) >= (5, 3) else None
+    direct = Redis if (major, minor) >= (5, 3) else None  # pool.get_connection() takes no args
     down = (RedisConnectionError, RedisTimeoutError)
     return (NoScriptError, ResponseError, down, direct, ConnectionPool)
 
 
 NO_SCRIPT, _REPLY_ERROR, REDIS_DOWN, _DIRECT_CLIENT, _HOLDING_POOL = _errors()
-'``NOSCRIPT`` (reload and retry), an error reply, the errors that mean "Redis is down"\n(fall back), the client class the direct path serves, and the one pool class whose\nconnections may be held (see the module doc).'
+"""``NOSCRIPT`` (reload and retry), an error reply, the errors that mean "Redis is down"
+(fall back), the client class the direct path serves, and the one pool class whose
+connections may be held (see the module doc)."""
 _CONNECTION_ERROR = REDIS_DOWN[0]
-"redis-py's ``ConnectionError``: what a failed write or read raises (see :func:`_send`)."
+"""redis-py's ``ConnectionError``: what a failed write or read raises (see :func:`_send`)."""
 _TIMEOUT_ERROR = REDIS_DOWN[-1]
-"redis-py's ``TimeoutError``: what a read past ``socket_timeout`` raises (:func:`_receive`)."
+"""redis-py's ``TimeoutError``: what a read past ``socket_timeout`` raises (:func:`_receive`)."""
 
 
 def _python_readers() -> tuple[Any, ...]:
@@ -110,19 +112,22 @@ def _python_readers() -> tuple[Any, ...]:
 
 _PYTHON_READERS = _python_readers()
 _READ_SIZE = 65536
-"Bytes asked of the socket per read (redis-py's default ``socket_read_size``)."
+"""Bytes asked of the socket per read (redis-py's default ``socket_read_size``)."""
 _FD_WRITES = os.name == "posix"
-"Whether a blocking connection's command may be written to its socket's descriptor."
+"""Whether a blocking connection's command may be written to its socket's descriptor."""
 _write = os.write
-"The descriptor write :func:`_send` makes (a test replaces it to fake a full socket)."
+"""The descriptor write :func:`_send` makes (a test replaces it to fake a full socket)."""
 HELD_IDLE_MAX = 8
-"Idle connections kept held per pool (and at most 1/16 of the pool's ``max_connections``:\n6 of redis-py's default 100); more concurrent acquirers check out and return."
+"""Idle connections kept held per pool (and at most 1/16 of the pool's ``max_connections``:
+6 of redis-py's default 100); more concurrent acquirers check out and return."""
 _HOLD_MIN_POOL = 32
-"A pool bounded below this many connections is never held from (see the module doc)."
+"""A pool bounded below this many connections is never held from (see the module doc)."""
 _HELD_ATTRIBUTE = "_taskq_held_connections"
-"Where a pool keeps its held idle connections: on the pool object itself, so that they\nlive and die with it (a held connection refers back to its pool, so a table keyed by the\npool would keep every pool alive)."
+"""Where a pool keeps its held idle connections: on the pool object itself, so that they
+live and die with it (a held connection refers back to its pool, so a table keyed by the
+pool would keep every pool alive)."""
 _fork_generation = 0
-"Bumped in a forked child: what a pool held before the fork belongs to the parent."
+"""Bumped in a forked child: what a pool held before the fork belongs to the parent."""
 
 
 def _after_fork_in_child() -> None:
@@ -153,7 +158,7 @@ def require_redis(client: Redis | None, name: str) -> Redis:
     """The client, or a clear error saying what to pass or install."""
     if client is not None:
         return client
-    if importlib.util.find_spec("redis") is None:
+    if importlib.util.find_spec("redis") is None:  # pragma: no cover - dev env has it
         raise RedisExtraMissing(
             f'{name!r} uses backend="redis" but the redis package is not installed: pip install "taskq-py[redis]" (or use backend="postgres")'
         )
@@ -166,7 +171,7 @@ def reload_and_run(client: Redis, script: LuaScript, args: tuple[Any, ...]) -> A
     """``SCRIPT LOAD`` the script (the server answered ``NOSCRIPT``) and run it again."""
     sha = client.script_load(script.source)
     script.sha = sha.encode() if isinstance(sha, str) else sha
-    runner: Any = client
+    runner: Any = client  # redis-py leaves execute_command untyped
     return runner.execute_command("EVALSHA", script.sha, b"1", *args)
 
 
@@ -245,7 +250,7 @@ def _send(conn: Any, command: bytes) -> None:
         if sent == len(command):
             return
         command = command[sent:]
-    conn.send_packed_command((command,))
+    conn.send_packed_command((command,))  # an iterable of chunks (sync and async)
 
 
 def _receive(conn: Any) -> Any:
@@ -280,7 +285,7 @@ def _read_reply(conn: Any, source: Any) -> Any:
     ``ConnectionError`` too.
     """
     try:
-        reply = _read_parsed(conn, source)
+        reply = _read_parsed(conn, source)  # the socket's own timeout bounds it
     except TimeoutError:
         _disconnect(conn)
         raise _TIMEOUT_ERROR("Timeout reading from socket") from None

@@ -114,7 +114,7 @@ class ConcurrencyReservation:
         worker = _uuid(worker_id, "worker_id")
         if pool is None:
             index, wait_us = self._memory.acquire(
-                self._clock_us(), round(self.lease_s * 1000000.0), job, worker
+                self._clock_us(), round(self.lease_s * 1e6), job, worker
             )
             if index is None:
                 raise ReservationUnavailable(self.name, us_to_timedelta(wait_us))
@@ -132,6 +132,7 @@ class ConcurrencyReservation:
                     index = self._claim(conn, job, worker)
                     if index is not None:
                         return index
+            # Free rows skipped only because a concurrent claim had them locked: look again.
             if not free:
                 break
         wait = DEFAULT_RESERVATION_BACKOFF if soonest is None else max(timedelta(0), soonest - now)
@@ -158,7 +159,7 @@ class ConcurrencyReservation:
         """
         worker = _uuid(worker_id, "worker_id")
         if pool is None:
-            self._clock_us()
+            self._clock_us()  # raises for a store-backed reservation: pass pool=
             self._memory.release(slot_index, worker)
             return
         with transaction(_bind(pool, self.schema)) as conn:
@@ -169,7 +170,7 @@ class ConcurrencyReservation:
         worker = _uuid(worker_id, "worker_id")
         if pool is None:
             return self._memory.renew(
-                slot_index, worker, self._clock_us(), round(self.lease_s * 1000000.0)
+                slot_index, worker, self._clock_us(), round(self.lease_s * 1e6)
             )
         with transaction(_bind(pool, self.schema)) as conn:
             result = conn.execute(

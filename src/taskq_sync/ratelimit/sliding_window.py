@@ -57,7 +57,7 @@ class SlidingWindow:
     ) -> None:
         self.name = validate_name(name, kind="rate limit")
         self.metrics_name = self.name
-        "The ``bucket`` its decisions are counted under."
+        """The ``bucket`` its decisions are counted under."""
         if isinstance(limit, bool) or not isinstance(limit, int):
             raise TypeError(f"limit must be an int, got {type(limit).__name__}")
         if limit < 1:
@@ -80,6 +80,8 @@ class SlidingWindow:
         self._gcra = MemoryGcra()
         self._log = MemoryLog()
         self._script = LOG if style == "log" else GCRA
+        # The script's key and configuration (limit, window_us, ttl_s), encoded once for
+        # the acquire hot path. See _lua.GCRA and _lua.LOG.
         self._redis_args = (
             self.redis_key.encode(),
             str(self.limit).encode(),
@@ -143,7 +145,7 @@ class SlidingWindow:
         machinery runs only when Redis raised. Counted in ``taskq.ratelimit.decisions``
         under :attr:`metrics_name` (:mod:`taskq.telemetry`).
         """
-        if self.backend == "memory":
+        if self.backend == "memory":  # no I/O: not one more coroutine per acquire
             taken = self._take_memory(clock)
         else:
             taken = self._take_stored(redis_client, pg_pool, settings)

@@ -57,7 +57,7 @@ class TokenBucket:
     ) -> None:
         self.name = validate_name(name, kind="rate limit")
         self.metrics_name = self.name
-        "The ``bucket`` its decisions are counted under (a keyed bucket's base name)."
+        """The ``bucket`` its decisions are counted under (a keyed bucket's base name)."""
         self.capacity = check_number(capacity, "capacity", minimum=0, strict=True)
         self.refill_per_second = check_number(
             refill_per_second, "refill_per_second", minimum=0, strict=False
@@ -68,8 +68,10 @@ class TokenBucket:
         self.ttl = ttl
         self.redis_key = redis_key(self.name, "tb")
         self._memory = MemoryTokenBucket()
+        # The script's key and configuration, encoded once: the acquire hot path passes
+        # them as they are (one EVALSHA, nothing to convert). See _lua.TOKEN_BUCKET.
         self._redis_args_one = (self.redis_key.encode(), *self._redis_spec(1.0))
-        self._one = EncodedCall(TOKEN_BUCKET, self._redis_args_one)
+        self._one = EncodedCall(TOKEN_BUCKET, self._redis_args_one)  # a one-token acquire
         self._pg: _sql.PgAutocommit | None = None
 
     def __repr__(self) -> str:
@@ -91,7 +93,7 @@ class TokenBucket:
     def ttl_seconds(self) -> int:
         """Redis key TTL: ``ceil(capacity / refill * 2) + 60`` s, or 24 h with no refill."""
         if self.refill_per_second == 0:
-            default = 86400.0
+            default = 86_400.0
         else:
             default = math.ceil(self.capacity / self.refill_per_second * 2) + 60
         return redis_ttl_seconds(default, self.ttl)
@@ -149,7 +151,7 @@ class TokenBucket:
         """
         if count.__class__ is not float or not 0.0 < count <= self.capacity:
             count = check_count(count, self.capacity)
-        if self.backend == "memory":
+        if self.backend == "memory":  # no I/O: not one more coroutine per acquire
             taken = self._take_memory(count, clock)
         else:
             taken = self._take_stored(count, redis_client, pg_pool, settings)
@@ -271,13 +273,13 @@ class TokenBucket:
         self, backend: Literal["redis", "postgres", "memory"], tokens: float
     ) -> RateLimitState:
         need = min(1.0, self.capacity)
-        exhausted = tokens + 1e-09 < need
+        exhausted = tokens + 1e-9 < need
         wait: float | None = 0.0
         if exhausted:
             wait = (
                 None
                 if self.refill_per_second == 0
-                else (need - tokens) * 1000000.0 / self.refill_per_second
+                else (need - tokens) * 1e6 / self.refill_per_second
             )
         return RateLimitState(
             bucket_name=self.name,
