@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from taskq._ids import new_request_id
+from taskq.clock import Clock
 from taskq.constants import validate_name
 from taskq.ratelimit import _redis_utils as rru
 from taskq.ratelimit import _sql
@@ -31,7 +32,6 @@ from taskq.ratelimit.decision import RateLimitDecision, RateLimitState, SlidingW
 from taskq.ratelimit.refs import validate_backend
 from taskq.settings import TaskQSettings
 from taskq.telemetry import record_decision
-from taskq.testing.clock import Clock
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis

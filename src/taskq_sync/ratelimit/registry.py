@@ -21,6 +21,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID
 
+from taskq.clock import Clock, SystemClock
 from taskq.constants import DEFAULT_RESERVATION_BACKOFF
 from taskq.exceptions import ReservationUnavailable
 from taskq.ratelimit.composition import AcquiredResource, RateLimitHandle, ReservationHandle
@@ -32,7 +33,6 @@ from taskq.ratelimit.refs import (
     lease_seconds,
 )
 from taskq.settings import TaskQSettings
-from taskq.testing.clock import Clock, SystemClock
 from taskq_sync.ratelimit import _sql
 from taskq_sync.ratelimit.reservation import ConcurrencyReservation
 from taskq_sync.ratelimit.sliding_window import SlidingWindow

@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
+from taskq.clock import Clock
 from taskq.constants import DEFAULT_RESERVATION_BACKOFF, SCHEMA_NAME_RE, validate_name
 from taskq.db.dialect import schema_translate_map
 from taskq.db.queries import ratelimit as q
@@ -25,7 +26,6 @@ from taskq.ratelimit._algorithms import from_us, to_us, us_to_timedelta
 from taskq.ratelimit._memory import MemoryReservation
 from taskq.ratelimit.decision import HeldSlot, SyncResult
 from taskq.ratelimit.refs import lease_seconds
-from taskq.testing.clock import Clock
 from taskq_sync.db.engine import transaction
 
 if TYPE_CHECKING:

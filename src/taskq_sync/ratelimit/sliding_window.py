@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from taskq._ids import new_request_id
+from taskq.clock import Clock
 from taskq.constants import validate_name
 from taskq.ratelimit._algorithms import gcra_step, log_decide, redis_ttl_seconds, to_us
 from taskq.ratelimit._common import (
@@ -31,7 +32,6 @@ from taskq.ratelimit.decision import RateLimitDecision, RateLimitState, SlidingW
 from taskq.ratelimit.refs import validate_backend
 from taskq.settings import TaskQSettings
 from taskq.telemetry import record_decision
-from taskq.testing.clock import Clock
 from taskq_sync.ratelimit import _redis_utils as rru
 from taskq_sync.ratelimit import _sql
 
