@@ -98,6 +98,7 @@ class SqlBackend:
         self.engine = engine
         self.dialect: str = engine.dialect.name
         resolved = settings or TaskQSettings.load()
+        self.settings: TaskQSettings | None = resolved
         self._ttl = resolved.actor_config_cache_ttl.total_seconds()
         self._schema = resolved.schema_name
         self._channel = notify_channel(self._schema)

@@ -100,6 +100,9 @@ _HELD_ATTRIBUTE = "_taskq_held_connections"
 live and die with it (a held connection refers back to its pool, so a table keyed by the
 pool would keep every pool alive)."""
 
+_FALLBACK_BY_DEFAULT: bool = TaskQSettings.model_fields["rate_limit_pg_fallback_enabled"].default
+"""Whether a caller that passed no settings gets the fallback: the setting's default."""
+
 _fork_generation = 0
 """Bumped in a forked child: what a pool held before the fork belongs to the parent."""
 
@@ -217,10 +220,14 @@ def fallback_engine(
 ) -> AsyncEngine | None:
     """The engine to retry on after Redis failed with ``exc``, or ``None`` to re-raise.
 
-    Falls back only when ``TASKQ_RATE_LIMIT_PG_FALLBACK_ENABLED`` (default true) and a
+    Falls back only when the caller's ``settings`` enable it
+    (``TASKQ_RATE_LIMIT_PG_FALLBACK_ENABLED``; without settings, its default: true) and a
     ``pg_pool`` was given; logs a WARNING with ``backend="redis"``, ``fallback="postgres"``.
+    The environment is read where the settings were loaded, never here.
     """
-    enabled = (settings or TaskQSettings.load()).rate_limit_pg_fallback_enabled
+    enabled = (
+        settings.rate_limit_pg_fallback_enabled if settings is not None else _FALLBACK_BY_DEFAULT
+    )
     if not enabled or pg_pool is None:
         return None
     _log.warning(

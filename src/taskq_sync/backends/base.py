@@ -15,6 +15,7 @@ from uuid import UUID
 
 from taskq.records import AttemptRecord, EnqueueOutcome, EnqueueRequest, JobRecord
 from taskq.request_batch import RequestBatch
+from taskq.settings import TaskQSettings
 
 __all__ = ["Backend"]
 
@@ -26,6 +27,9 @@ class Backend(Protocol):
     insert. ``connection`` (SQL backends only) runs the enqueue inside the caller's open
     transaction, so a rollback leaves no job.
     """
+
+    settings: TaskQSettings | None
+    """The settings the store was built with (``None``: a test store built without any)."""
 
     def enqueue(
         self, requests: Sequence[EnqueueRequest], *, connection: Any = None
