@@ -40,6 +40,8 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
+from taskq._acompat import ASYNC
+from taskq._compat import redis as compat_redis
 from taskq.exceptions import RedisExtraMissing, RedisUnavailableError
 from taskq.ratelimit import _sql
 from taskq.ratelimit._common import require_engine
@@ -177,7 +179,12 @@ async def evalsha(
             setattr(pool, _HELD_ATTRIBUTE, held)
         conn = held.pop() if held else await pool.get_connection()
         try:
-            await conn.send_packed_command((command,))  # chunks, as both flavours take them
+            if ASYNC:
+                # redis-py's asyncio write costs a task per command: see taskq._compat.redis
+                if not compat_redis.write(conn, command):
+                    await conn.send_packed_command((command,))
+            else:
+                await conn.send_packed_command((command,))  # chunks, as both flavours take
             reply = await conn.read_response()
         except _REPLY_ERROR:
             await _checkin(pool, held, conn)

@@ -170,7 +170,7 @@ def evalsha(
             setattr(pool, _HELD_ATTRIBUTE, held)
         conn = held.pop() if held else pool.get_connection()
         try:
-            conn.send_packed_command((command,))  # chunks, as both flavours take them
+            conn.send_packed_command((command,))  # chunks, as both flavours take
             reply = conn.read_response()
         except _REPLY_ERROR:
             _checkin(pool, held, conn)

@@ -22,6 +22,7 @@ from redis.retry import Retry
 
 import taskq.ratelimit as arl
 import taskq_sync.ratelimit as srl
+from taskq._compat import redis as compat_redis
 from taskq.ratelimit import _redis_utils as rru
 from taskq.ratelimit._lua import TOKEN_BUCKET
 from tests.integration.ratelimit.conftest import call
@@ -178,3 +179,36 @@ async def test_a_client_with_health_checks_acquires(
         assert taken == [99, 98, 97, 96, 95, 94]
     finally:
         await flavour.close(client)
+
+
+def test_the_installed_redis_py_is_one_whose_asyncio_writer_was_checked() -> None:
+    assert compat_redis.SUPPORTED, (
+        f"redis-py {redis.__version__}: check asyncio Connection._writer (set by connect(), "
+        "None after disconnect()) against taskq/_compat/redis.py, then add the version to "
+        "its TESTED_VERSIONS"
+    )
+
+
+@pytest.mark.parametrize("supported", [True, False], ids=["compat", "public-fallback"])
+async def test_async_acquires_write_through_compat_or_redis_pys_send(
+    redis_url: str, unique_name: str, monkeypatch: pytest.MonkeyPatch, supported: bool
+) -> None:
+    monkeypatch.setattr(compat_redis, "SUPPORTED", supported)
+    sends: list[object] = []
+    real = aredis.Connection.send_packed_command
+
+    async def spy(self: Any, command: Any, check_health: bool = True) -> None:
+        sends.append(command)
+        await real(self, command, check_health)
+
+    monkeypatch.setattr(aredis.Connection, "send_packed_command", spy)
+    client = aredis.Redis.from_url(redis_url, socket_timeout=5)
+    tb = arl.TokenBucket(unique_name, capacity=10, refill_per_second=0)
+    try:
+        assert (await tb.acquire(redis_client=client)).remaining == 9  # connects
+        sends.clear()
+        taken = [(await tb.acquire(redis_client=client)).remaining for _ in range(5)]
+        assert taken == [8, 7, 6, 5, 4]
+        assert len(sends) == (0 if supported else 5)
+    finally:
+        await client.aclose()
