@@ -1,8 +1,10 @@
-"""Every exception taskq raises, rooted at :class:`TaskQError`.
+"""Every exception taskq raises, rooted at :class:`TaskQError`, and the signals actors raise.
 
 Each exception carries the machine-readable fields the reference pages list, so callers
 branch on attributes, never on message text. Control-flow signals (:class:`Snooze`,
-:class:`RetryAfter`) live here too because actors raise them.
+:class:`RetryAfter`) live here too because actors raise them, but they are not errors:
+they derive from :class:`ControlFlow`, not :class:`TaskQError`, so an actor's
+``except TaskQError`` around its own calls into taskq never swallows one.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ __all__ = [
     "ActorHasEnabledSchedulesError",
     "ActorNotFoundError",
     "ConfigurationError",
+    "ControlFlow",
     "JobCancelledError",
     "JobFailedError",
     "JobNotFoundError",
@@ -245,7 +248,12 @@ class ScopeViolation(TaskQError):
         super().__init__(message)
 
 
-class Snooze(TaskQError):
+class ControlFlow(Exception):
+    """Root of the signals an actor raises to steer its job (:class:`Snooze`,
+    :class:`RetryAfter`). Not a :class:`TaskQError`: ``except TaskQError`` lets them through."""
+
+
+class Snooze(ControlFlow):
     """Signal: reschedule the job at ``now + delay`` without consuming retry budget."""
 
     def __init__(self, delay: timedelta) -> None:
@@ -257,7 +265,7 @@ class Snooze(TaskQError):
         super().__init__(f"snoozed for {delay}")
 
 
-class RetryAfter(TaskQError):
+class RetryAfter(ControlFlow):
     """Signal: retry after ``delay``; consumes the retry budget unless told not to."""
 
     def __init__(self, delay: timedelta, consume_budget: bool = True) -> None:
