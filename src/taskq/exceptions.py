@@ -38,6 +38,7 @@ __all__ = [
     "SingletonCollisionError",
     "Snooze",
     "StartToCloseTimeout",
+    "StoreUnavailable",
     "SubEnqueueError",
     "TaskQError",
     "WaitTimeout",
@@ -69,6 +70,18 @@ class SchemaNotReady(TaskQError):
         self.table = table
         self.command = command
         super().__init__(f"taskq table {table!r} does not exist; run: {command}")
+
+
+class StoreUnavailable(TaskQError, ConnectionError):
+    """The job store (Postgres or SQLite) cannot be reached, or dropped the connection.
+
+    The operation may or may not have taken effect; trying again later can succeed.
+    ``reason`` is the driver's message; the driver's error is the ``__cause__``.
+    """
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"the job store is unavailable: {reason}")
 
 
 class PayloadValidationError(TaskQError, ValueError):

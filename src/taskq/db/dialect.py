@@ -4,7 +4,9 @@ Everything else in taskq builds the same SQLAlchemy Core statements for both eng
 Here: URL normalisation, engine options, the SQLite connection setup (WAL, busy timeout,
 ``BEGIN IMMEDIATE``, the rollback of a connection the pool closes mid-transaction), the
 Postgres idle-connection ping, the store's clock, upserts, advisory locks and the
-translation of "table missing" errors into :class:`~taskq.exceptions.SchemaNotReady`.
+translation of driver errors into taskq's (:func:`translate_error`: a missing table is
+:class:`~taskq.exceptions.SchemaNotReady`, an unreachable store
+:class:`~taskq.exceptions.StoreUnavailable`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import aiosqlite
+import psycopg
 import structlog
 from sqlalchemy import Engine, Float, event, func, literal, literal_column, select, text
 from sqlalchemy.dialects import postgresql, sqlite
@@ -27,7 +30,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from taskq._compat import aiosqlite as compat_aiosqlite
 from taskq._compat import sqlalchemy as compat_sqlalchemy
-from taskq.exceptions import SchemaNotReady
+from taskq.exceptions import SchemaNotReady, StoreUnavailable, TaskQError
 from taskq.settings import TaskQSettings
 
 __all__ = [
@@ -401,16 +404,42 @@ _SQLITE_MISSING = re.compile(r"no such table: (?:\w+\.)?(\w+)")
 _PG_MISSING = re.compile(r'relation "(?:[^"]+\.)?([^"]+)" does not exist')
 
 
+_PG_UNAVAILABLE_STATES = frozenset({"57P01", "57P02", "57P03"})
+"""Admin shutdown, crash shutdown, cannot connect now (besides class 08, connection errors)."""
+
+
 def translate_error(exc: BaseException) -> BaseException:
-    """Map a driver's "table does not exist" to :class:`SchemaNotReady`; else return ``exc``."""
+    """The one place driver errors become taskq's: a missing table is
+    :class:`SchemaNotReady`, a store that cannot be reached or dropped the connection is
+    :class:`StoreUnavailable`; anything else is returned as it is.
+
+    The storage layer's exits (:func:`taskq.db.engine.transaction`, the SQL backend and
+    the SQL rate-limit statements) raise what this returns, chained to the driver error.
+    """
     if not isinstance(exc, DBAPIError):
         return exc
     orig = exc.orig
     message = str(orig)
     sqlstate = getattr(orig, "sqlstate", None)
     match = _PG_MISSING.search(message) if sqlstate == "42P01" else _SQLITE_MISSING.search(message)
-    if match is None:
+    error: TaskQError
+    if match is not None:
+        error = SchemaNotReady(match.group(1))
+    elif _unavailable(exc, sqlstate):
+        error = StoreUnavailable(message.strip() or type(orig).__name__)
+    else:
         return exc
-    error = SchemaNotReady(match.group(1))
     error.__cause__ = exc
     return error
+
+
+def _unavailable(exc: DBAPIError, sqlstate: object) -> bool:
+    """Whether ``exc`` says the store is out of reach rather than refusing the statement."""
+    if exc.connection_invalidated:  # SQLAlchemy saw a disconnect (and recycled the pool)
+        return True
+    orig = exc.orig
+    if isinstance(sqlstate, str):
+        return sqlstate.startswith("08") or sqlstate in _PG_UNAVAILABLE_STATES
+    if isinstance(orig, psycopg.OperationalError):
+        return True  # no SQLSTATE: the connection itself failed (refused, closed, lost)
+    return isinstance(orig, sqlite3.OperationalError) and "unable to open" in str(orig)

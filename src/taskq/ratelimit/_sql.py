@@ -150,7 +150,8 @@ async def _pg_take(
             fairy.invalidate()
         if isinstance(exc, psycopg.Error):
             error = DBAPIError.instance(sql, sent, exc, psycopg.Error, dialect=ac.engine.dialect)
-            raise translate_error(error) from exc
+            translated = translate_error(error)
+            raise translated from (exc if translated is error else error)
         raise
     finally:
         if ASYNC:

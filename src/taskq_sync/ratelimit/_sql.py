@@ -135,7 +135,8 @@ def _pg_take(ac: PgAutocommit, take: Any, first: Any, params: dict[str, Any]) ->
         fairy.invalidate()
         if isinstance(exc, psycopg.Error):
             error = DBAPIError.instance(sql, sent, exc, psycopg.Error, dialect=ac.engine.dialect)
-            raise translate_error(error) from exc
+            translated = translate_error(error)
+            raise translated from exc if translated is error else error
         raise
     finally:
         fairy.close()
