@@ -1,5 +1,6 @@
-"""The one-statement plain enqueue on Postgres: what it returns, whom it wakes, how it
-survives a dead pooled connection (async and sync clients)."""
+"""An enqueue writes exactly one job and returns what it wrote, even across a dead pooled
+connection: the one-statement plain enqueue on Postgres, what it returns, whom it wakes,
+how it survives a dead connection (async and sync clients)."""
 
 from __future__ import annotations
 
