@@ -3,8 +3,8 @@
 Why: redis-py's asyncio ``Connection.send_packed_command`` runs the write under
 ``asyncio.wait_for`` whenever the connection has a ``socket_timeout`` (5 s by default
 since redis-py 8). On Python 3.11 that is a new task and one more turn of the event loop
-per command: measured on the rate-limit acquire hot path, about half of an asyncio
-acquire's client CPU. The write needs no timeout of its own: a connection carries one
+per command, a large share of an asyncio rate-limit acquire's client CPU (measured in
+``docs/rate-limiting.md``). The write needs no timeout of its own: a connection carries one
 command at a time, whatever the socket cannot take yet stays in the transport's buffer,
 and the reply's read (``read_response``, under ``socket_timeout``) bounds the whole round
 trip. redis-py has no public write without the ``wait_for``, so for the versions in
