@@ -158,7 +158,8 @@ class Renamer:
         return name
 
     def text(self, text: str) -> str:
-        """A docstring's async usage in its sync form, and its renamed names."""
+        """A docstring's async usage in its sync form, and its renamed names (a docstring
+        that names both sides of a pair, ``AsyncEngine`` and ``Engine``, keeps both)."""
         # ``await`` before a call or an attribute (code), not in prose ("await the job").
         text = re.sub(r"\bawait\s+(?=[\w.]+[.(\[])", "", text)
         text = re.sub(r"\basync\s+(with|for|def)\b", r"\1", text)
@@ -172,6 +173,8 @@ class Renamer:
 
         text = re.sub(r"(\bfrom\s+)(taskq(?:\.[\w.]+)?)(\s+import\b)", from_import, text)
         for old, new in self.names.items():
+            if re.search(rf"(?<![\w]){re.escape(new)}(?![\w])", text):
+                continue  # it names both sides of the pair: prose about both worlds
             text, n = re.subn(rf"(?<![\w]){re.escape(old)}(?![\w])", new, text)
             if n:
                 self.used.add(old)

@@ -233,6 +233,14 @@ def test_docstrings_keep_their_spelling_and_read_as_sync_code() -> None:
     assert "86_400" in out
 
 
+def test_a_docstring_about_both_worlds_keeps_both_names() -> None:
+    source = (
+        '"""``make_engine`` gives an ``AsyncEngine`` here and an ``Engine`` in taskq_sync."""\n'
+    )
+    out = generate_sync.convert(source, "src/taskq/x.py")
+    assert "gives an ``AsyncEngine`` here and an ``Engine`` in taskq_sync" in out
+
+
 def test_an_unused_rename_is_an_error(tree: Path) -> None:
     renames = {**generate_sync.RENAMES, "AsyncNeverUsed": "NeverUsed"}
     with pytest.raises(generate_sync.UnusedRename, match="AsyncNeverUsed"):

@@ -3,7 +3,7 @@
 
 """Engines and transactions for the job store.
 
-One URL serves both worlds: ``make_engine`` gives an ``Engine`` here and an
+One URL serves both worlds: ``make_engine`` gives an ``AsyncEngine`` here and an
 ``Engine`` in ``taskq_sync`` (psycopg 3 drives both on Postgres; aiosqlite and pysqlite
 on SQLite). ``transaction`` is the one way taskq opens a unit of work: it takes the
 SQLite write lock up front and turns "table missing" into ``SchemaNotReady``.
