@@ -108,12 +108,15 @@ def render_exceptions() -> str:
     module = importlib.import_module("taskq.exceptions")
     names: list[str] = list(module.__all__)
     classes = [getattr(module, name) for name in names]
-    root = module.TaskQError
-    out = [INTRO, "## Hierarchy", "", "```text", *_tree(classes, root), "```", ""]
-    order = [line.strip().split()[0] for line in _tree(classes, root)]
+    # Two roots: TaskQError (every error) and ControlFlow (Snooze, RetryAfter: signals an
+    # actor raises, deliberately not errors so ``except TaskQError`` never swallows them).
+    roots = [module.TaskQError, module.ControlFlow]
+    tree = [line for root in roots for line in _tree(classes, root)]
+    out = [INTRO, "## Hierarchy", "", "```text", *tree, "```", ""]
+    order = [line.strip().split()[0] for line in tree]
     missing = sorted(set(names) - set(order))
     if missing:
-        raise SystemExit(f"not under TaskQError's first-base tree: {missing}")
+        raise SystemExit(f"not under the TaskQError or ControlFlow first-base trees: {missing}")
     exporters = {m: set(getattr(importlib.import_module(m), "__all__", ())) for m in REEXPORTERS}
     for name in order:
         cls = getattr(module, name)

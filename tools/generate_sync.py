@@ -1,15 +1,26 @@
 #!/usr/bin/env python
-"""Generate ``src/taskq_sync`` from the asyncio sources in ``src/taskq``.
+"""Generate the blocking twins of taskq's asyncio modules and tests.
 
-taskq is written once, in asyncio. The blocking facade is derived from it by an AST
-transform in the manner of psycopg 3's ``tools/async_to_sync.py``:
+taskq is written once, in asyncio. The blocking facade (``src/taskq_sync``) and the
+tests that exercise it are derived from it by an AST transform in the manner of psycopg
+3's ``tools/async_to_sync.py``:
 
-* ``async def`` → ``def``, ``await x`` → ``x``, ``async with``/``async for`` → ``with``/``for``;
+* which files have a twin is written in the files themselves: a module or test whose
+  first line is ``# sync twin: <path>`` is converted to ``<path>``. The path follows one
+  convention, checked here: ``src/taskq/<m>.py`` -> ``src/taskq_sync/<m>.py``, and
+  ``tests/<d>/test_<x>.py`` -> ``tests/<d>/test_<x>_sync.py`` (``grep -rl '^# sync twin:'
+  src tests`` lists them all);
+* ``async def`` -> ``def``, ``await x`` -> ``x``, ``async with``/``async for`` ->
+  ``with``/``for``; ``if ASYNC: <a> else: <b>`` keeps only ``<b>``;
 * names and attributes are renamed through :data:`RENAMES`, an explicit table (no
-  ``Async*`` pattern: every rename is written down);
-* ``from taskq.M import ...`` becomes ``from taskq_sync.M import ...`` when ``M`` is one of
-  the generated modules (:data:`MODULES`); pure modules are imported from ``taskq``;
-* ``if ASYNC: <a> else: <b>`` keeps only ``<b>``;
+  ``Async*`` pattern: every rename is written down, and a rename that no file uses is an
+  error, so the table never carries dead or unverifiable entries);
+* ``from taskq.M import ...`` becomes ``from taskq_sync.M import ...`` when ``M`` has a
+  twin; pure modules are imported from ``taskq``;
+* comments are kept (parsed with ``ast-comments``), string and number literals are
+  written as the source spells them (a docstring stays the block the author wrote), and
+  the async usage in docstrings reads as its sync form (``async with TaskQ(...) as tq:
+  await tq.jobs.enqueue(...)`` -> ``with TaskQ(...) as tq: tq.jobs.enqueue(...)``);
 * the output is formatted with ruff and starts with a header naming its source.
 
 ``--check`` regenerates everything in memory and compares whole files with the tree:
@@ -21,111 +32,174 @@ from __future__ import annotations
 import argparse
 import ast
 import difflib
+import io
+import re
 import subprocess
 import sys
-from collections.abc import Iterable
+import tokenize
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import ast_comments
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src" / "taskq"
 DST = ROOT / "src" / "taskq_sync"
+TESTS = ROOT / "tests"
 
-#: I/O modules, relative to ``src/taskq``; each becomes the same path under ``taskq_sync``.
-#: Package ``__init__`` files are listed too so the facade mirrors ``taskq``'s import paths.
-MODULES: tuple[str, ...] = (
-    "__init__.py",
-    "db/__init__.py",
-    "db/engine.py",
-    "db/migrate.py",
-    "backends/__init__.py",
-    "backends/base.py",
-    "backends/held.py",
-    "backends/sql.py",
-    "handle.py",
-    "actor_config_ops.py",
-    "ops/__init__.py",
-    "ops/jobs.py",
-    "ops/ratelimits.py",
-    "ops/workers.py",
-    "client.py",
-    "cron/__init__.py",
-    "cron/client.py",
-    "ratelimit/__init__.py",
-    "ratelimit/_redis_utils.py",
-    "ratelimit/_sql.py",
-    "ratelimit/token_bucket.py",
-    "ratelimit/sliding_window.py",
-    "ratelimit/reservation.py",
-    "ratelimit/registry.py",
-)
+MARKER = "# sync twin: "
+"""The first line of every file that has a generated twin, followed by the twin's path."""
 
-#: Every name the transform renames, in identifiers, attributes and imports alike.
+#: Every name the transform renames, in identifiers, attributes, imports and docstrings.
+#: Each pair is one a reader can check: the sync name is the async one's documented
+#: counterpart in the same library (or in :mod:`taskq._acompat`, which defines both).
 RENAMES: dict[str, str] = {
     # SQLAlchemy
     "AsyncEngine": "Engine",
     "AsyncConnection": "Connection",
-    "AsyncSession": "Session",
-    "AsyncResult": "Result",
     "create_async_engine": "create_engine",
+    # taskq.db.dialect defines both
     "async_url": "sync_url",
-    # redis-py
-    "AsyncScript": "Script",
     # typing / contextlib / builtins
     "AsyncIterator": "Iterator",
-    "AsyncIterable": "Iterable",
-    "AsyncGenerator": "Generator",
-    "Awaitable": "Callable",
     "asynccontextmanager": "contextmanager",
-    "AsyncExitStack": "ExitStack",
-    "StopAsyncIteration": "StopIteration",
     "aclose": "close",
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
-    "__aiter__": "__iter__",
-    "__anext__": "__next__",
-    "anext": "next",
-    "aiter": "iter",
     # taskq._acompat pairs
-    "ALock": "Lock",
-    "AEvent": "Event",
     "asleep": "sleep",
-    "agather": "gather",
-    "ato_thread": "to_thread",
     "arun_sync": "run_sync",
-    "amonotonic": "amonotonic",
 }
 
-#: Whole-module renames for imports (``import redis.asyncio as r`` → ``import redis as r``).
+#: Whole-module renames for imports (``import redis.asyncio as r`` -> ``import redis as r``).
 MODULE_RENAMES: dict[str, str] = {
     "redis.asyncio": "redis",
-    "redis.asyncio.client": "redis.client",
     "sqlalchemy.ext.asyncio": "sqlalchemy",
 }
 
 HEADER = (
-    "# WARNING: this file is generated by tools/generate_sync.py from src/taskq/{source}.\n"
+    "# WARNING: this file is generated by tools/generate_sync.py from {source}.\n"
     "# DO NOT EDIT: change the source and run `python tools/generate_sync.py`.\n"
 )
+_GENERATED_PREFIX = HEADER.split("{", 1)[0]
 
 
-def _module_name(rel: str) -> str:
-    parts = Path(rel).with_suffix("").parts
+class UnusedRename(Exception):
+    """A rename no source file uses: the table must say only what the transform does."""
+
+
+class BadMarker(Exception):
+    """A ``# sync twin:`` line naming a path other than the convention's."""
+
+
+def twin_path(source: Path, root: Path = ROOT) -> Path:
+    """The conventional path of ``source``'s twin (see the module doc)."""
+    rel = source.relative_to(root)
+    if rel.parts[:2] == ("src", "taskq"):
+        return root / "src" / "taskq_sync" / Path(*rel.parts[2:])
+    if rel.parts[0] == "tests" and rel.name.startswith("test_"):
+        return source.with_name(f"{source.stem}_sync.py")
+    raise BadMarker(f"{rel}: only src/taskq modules and tests/**/test_*.py have twins")
+
+
+def find_sources(root: Path = ROOT) -> list[Path]:
+    """Every file under ``src/taskq`` and ``tests`` whose first line is the marker,
+    after checking that the marker names the conventional twin."""
+    found = []
+    for base in (root / "src" / "taskq", root / "tests"):
+        for path in sorted(base.rglob("*.py")):
+            with path.open() as f:
+                first = f.readline().rstrip("\n")
+            if not first.startswith(MARKER):
+                continue
+            named = first.removeprefix(MARKER).strip()
+            expected = twin_path(path, root).relative_to(root).as_posix()
+            if named != expected:
+                raise BadMarker(
+                    f"{path.relative_to(root)}: the marker names {named!r}; its twin is {expected!r}"
+                )
+            found.append(path)
+    return found
+
+
+def _module_name(rel: Path) -> str:
+    parts = rel.with_suffix("").parts
     if parts[-1] == "__init__":
         parts = parts[:-1]
     return ".".join(parts)
 
 
-GENERATED_MODULES = frozenset(_module_name(m) for m in MODULES)
+@dataclass
+class Renamer:
+    """Applies :data:`RENAMES` and :data:`MODULE_RENAMES` and remembers which were used."""
+
+    names: Mapping[str, str]
+    modules: Mapping[str, str]
+    twins: frozenset[str]
+    """Dotted names, relative to ``taskq``, of the modules that have twins (``""``: taskq)."""
+    used: set[str] = field(default_factory=set)
+
+    def name(self, value: str) -> str:
+        if value in self.names:
+            self.used.add(value)
+            return self.names[value]
+        return value
+
+    def module(self, name: str) -> str:
+        if name in self.modules:
+            self.used.add(name)
+            return self.modules[name]
+        if name == "taskq" and "" in self.twins:
+            return "taskq_sync"
+        if name.startswith("taskq.") and name.removeprefix("taskq.") in self.twins:
+            return "taskq_sync." + name.removeprefix("taskq.")
+        return name
+
+    def text(self, text: str) -> str:
+        """A docstring's async usage in its sync form, and its renamed names (a docstring
+        that names both sides of a pair, ``AsyncEngine`` and ``Engine``, keeps both)."""
+        # ``await`` before a call or an attribute (code), not in prose ("await the job").
+        text = re.sub(r"\bawait\s+(?=[\w.]+[.(\[])", "", text)
+        text = re.sub(r"\basync\s+(with|for|def)\b", r"\1", text)
+        for old, new in self.modules.items():
+            text, n = re.subn(rf"(?<![\w.]){re.escape(old)}(?![\w])", new, text)
+            if n:
+                self.used.add(old)
+
+        def from_import(m: re.Match[str]) -> str:
+            return f"{m[1]}{self.module(m[2])}{m[3]}"
+
+        text = re.sub(r"(\bfrom\s+)(taskq(?:\.[\w.]+)?)(\s+import\b)", from_import, text)
+        for old, new in self.names.items():
+            if re.search(rf"(?<![\w]){re.escape(new)}(?![\w])", text):
+                continue  # it names both sides of the pair: prose about both worlds
+            text, n = re.subn(rf"(?<![\w]){re.escape(old)}(?![\w])", new, text)
+            if n:
+                self.used.add(old)
+        return text
 
 
 class AsyncToSync(ast.NodeTransformer):
-    """Rewrite one async module's tree into its blocking twin."""
+    """Rewrite one async module's tree (parsed with comments) into its blocking twin."""
+
+    def __init__(self, renamer: Renamer) -> None:
+        self.r = renamer
+
+    def visit_Module(self, node: ast.Module) -> ast.AST:
+        node.body = [
+            s
+            for s in node.body
+            if not (isinstance(s, ast_comments.Comment) and s.value.startswith(MARKER))
+        ]
+        self.generic_visit(node)
+        return node
 
     def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> ast.AST:
         self.generic_visit(node)
         fields: dict[str, Any] = {
-            "name": RENAMES.get(node.name, node.name),
+            "name": self.r.name(node.name),
             "args": node.args,
             "body": node.body,
             "decorator_list": node.decorator_list,
@@ -137,12 +211,12 @@ class AsyncToSync(ast.NodeTransformer):
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
         self.generic_visit(node)
-        node.name = RENAMES.get(node.name, node.name)
+        node.name = self.r.name(node.name)
         return node
 
     def visit_ClassDef(self, node: ast.ClassDef) -> ast.AST:
         self.generic_visit(node)
-        node.name = RENAMES.get(node.name, node.name)
+        node.name = self.r.name(node.name)
         return node
 
     def visit_Await(self, node: ast.Await) -> ast.AST:
@@ -166,41 +240,51 @@ class AsyncToSync(ast.NodeTransformer):
     def visit_If(self, node: ast.If) -> ast.AST | list[ast.stmt]:
         if isinstance(node.test, ast.Name) and node.test.id == "ASYNC":
             body = [self.visit(stmt) for stmt in node.orelse]
-            return [s for s in body if isinstance(s, ast.stmt)] or [ast.Pass()]
+            kept = [s for s in body if isinstance(s, ast.stmt | ast_comments.Comment)]
+            return kept or [ast.Pass()]
+        self.generic_visit(node)
+        return node
+
+    def visit_Expr(self, node: ast.Expr) -> ast.AST:
+        # A string statement is a docstring (of a module, class, function or attribute).
+        value = node.value
+        if isinstance(value, ast.Constant) and isinstance(value.value, str):
+            spelled = getattr(value, "spelled", None)
+            if spelled is not None:
+                value.spelled = self.r.text(spelled)  # type: ignore[attr-defined]
+            value.value = self.r.text(value.value)
+            return node
         self.generic_visit(node)
         return node
 
     def visit_Name(self, node: ast.Name) -> ast.AST:
-        node.id = RENAMES.get(node.id, node.id)
+        node.id = self.r.name(node.id)
         return node
 
     def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
         self.generic_visit(node)
-        node.attr = RENAMES.get(node.attr, node.attr)
-        return node
-
-    def visit_arg(self, node: ast.arg) -> ast.AST:
-        self.generic_visit(node)
+        node.attr = self.r.name(node.attr)
         return node
 
     def visit_Constant(self, node: ast.Constant) -> ast.AST:
         # String annotations ("AsyncEngine") and __all__ entries are renamed too.
-        if isinstance(node.value, str) and node.value in RENAMES:
-            node.value = RENAMES[node.value]
+        if isinstance(node.value, str) and node.value in self.r.names:
+            node.value = self.r.name(node.value)
+            node.spelled = None  # type: ignore[attr-defined]
         return node
 
     def visit_Import(self, node: ast.Import) -> ast.AST:
         for alias in node.names:
-            alias.name = _rename_module(alias.name)
+            alias.name = self.r.module(alias.name)
         return node
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> ast.AST | None:
         if node.module is not None:
-            node.module = _rename_module(node.module)
+            node.module = self.r.module(node.module)
         seen: set[str] = set()
         names = []
         for alias in node.names:
-            alias.name = RENAMES.get(alias.name, alias.name)
+            alias.name = self.r.name(alias.name)
             key = f"{alias.name} as {alias.asname}"
             if key not in seen:  # AsyncEngine and Engine may both map to Engine
                 seen.add(key)
@@ -213,28 +297,52 @@ class AsyncToSync(ast.NodeTransformer):
         return node
 
 
-def _rename_module(name: str) -> str:
-    if name in MODULE_RENAMES:
-        return MODULE_RENAMES[name]
-    if name == "taskq" and "" in GENERATED_MODULES:
-        return "taskq_sync"
-    if name.startswith("taskq."):
-        rest = name.removeprefix("taskq.")
-        if rest in GENERATED_MODULES:
-            return f"taskq_sync.{rest}"
-    return name
+class _Unparser(ast_comments._Unparser):  # type: ignore[misc]  # ast-comments is untyped
+    """ast-comments' unparser, writing literals as the source spelled them."""
+
+    def get_raw_docstring(self, node: ast.AST) -> None:
+        # Docstrings go through visit_Constant like any string statement, as spelled.
+        return None
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        spelled = getattr(node, "spelled", None)
+        if spelled is None:
+            super().visit_Constant(node)
+        elif len(parts := _tokens(spelled)) > 1:  # implicit concatenation: ruff re-wraps it
+            self.write(" ".join(t.string for t in parts))
+        else:
+            self.write(spelled)
 
 
-def _ruff(args: list[str], code: str) -> str:
+def _tokens(text: str) -> list[tokenize.TokenInfo]:
+    skip = {tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.ENDMARKER}
+    toks = tokenize.generate_tokens(io.StringIO(text).readline)
+    return [t for t in toks if t.type not in skip]
+
+
+def _remember_spelling(tree: ast.AST, source: str) -> None:
+    """Keep each literal's source text on its node (f-string parts excepted)."""
+    in_fstring = {
+        id(part)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.JoinedStr)
+        for part in ast.walk(node)
+    }
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and id(node) not in in_fstring:
+            node.spelled = ast.get_source_segment(source, node)  # type: ignore[attr-defined]
+
+
+def _ruff(args: list[str], code: str, root: Path, target: Path) -> str:
     ruff = Path(sys.executable).with_name("ruff")
     exe = str(ruff) if ruff.exists() else "ruff"
-    stdin_name = str(DST / "generated.py")
+    stdin_name = str(target)  # where the output goes: its imports sort as that file's
     done = subprocess.run(
         [exe, *args, "--stdin-filename", stdin_name, "-"],
         input=code,
         capture_output=True,
         text=True,
-        cwd=ROOT,
+        cwd=root,
         check=False,
     )
     if done.returncode not in (0, 1) or not done.stdout:
@@ -242,31 +350,70 @@ def _ruff(args: list[str], code: str) -> str:
     return done.stdout
 
 
-def _format(code: str) -> str:
+def _format(code: str, root: Path, target: Path) -> str:
     """Format like hand-written code: drop imports the rename made unused, sort, format."""
-    code = _ruff(["check", "--quiet", "--fix-only", "--select", "I,F401", "--exit-zero"], code)
-    return _ruff(["format", "--quiet"], code)
+    code = _ruff(
+        ["check", "--quiet", "--fix-only", "--select", "I,F401", "--exit-zero"], code, root, target
+    )
+    return _ruff(["format", "--quiet"], code, root, target)
 
 
-def convert(source: str, rel: str) -> str:
-    """Return the generated sync text for the async ``source`` of module ``rel``."""
-    tree = ast.parse(source)
-    tree = AsyncToSync().visit(tree)
+def convert(source: str, rel: str, renamer: Renamer | None = None, root: Path = ROOT) -> str:
+    """Return the generated sync text for the async ``source`` of file ``rel``."""
+    if renamer is None:
+        renamer = Renamer(RENAMES, MODULE_RENAMES, _twin_modules(find_sources(root), root))
+    tree = ast_comments.parse(source)
+    _remember_spelling(tree, source)
+    tree = AsyncToSync(renamer).visit(tree)
     ast.fix_missing_locations(tree)
-    body = ast.unparse(tree)
-    return HEADER.format(source=rel) + "\n" + _format(body + "\n")
+    body = _Unparser().visit(tree)
+    target = twin_path(root / rel, root) if rel.startswith(("src/", "tests/")) else root / rel
+    return HEADER.format(source=rel) + "\n" + _format(body + "\n", root, target)
 
 
-def generate(modules: Iterable[str] = MODULES) -> dict[Path, str]:
-    """Every generated file's path and expected contents."""
-    return {DST / rel: convert((SRC / rel).read_text(), rel) for rel in modules}
+def _twin_modules(sources: Iterable[Path], root: Path) -> frozenset[str]:
+    base = root / "src" / "taskq"
+    return frozenset(_module_name(p.relative_to(base)) for p in sources if p.is_relative_to(base))
 
 
-def check(expected: dict[Path, str]) -> list[str]:
+def generate(
+    root: Path = ROOT,
+    renames: Mapping[str, str] = RENAMES,
+    module_renames: Mapping[str, str] = MODULE_RENAMES,
+) -> dict[Path, str]:
+    """Every twin's path and expected contents; :class:`UnusedRename` if a rename is dead."""
+    sources = find_sources(root)
+    renamer = Renamer(renames, module_renames, _twin_modules(sources, root))
+    out = {
+        twin_path(path, root): convert(
+            path.read_text(), path.relative_to(root).as_posix(), renamer, root
+        )
+        for path in sources
+    }
+    unused = sorted((set(renames) | set(module_renames)) - renamer.used)
+    if unused:
+        raise UnusedRename(
+            f"renames no file uses (remove them from tools/generate_sync.py): {', '.join(unused)}"
+        )
+    return out
+
+
+def _generated_files(root: Path) -> list[Path]:
+    """Every file in the tree that says it was generated (the twins, and any orphan)."""
+    dst = root / "src" / "taskq_sync"
+    found = set(dst.rglob("*.py"))
+    for path in (root / "tests").rglob("test_*_sync.py"):
+        with path.open() as f:
+            if f.readline().startswith(_GENERATED_PREFIX):
+                found.add(path)
+    return sorted(found)
+
+
+def check(expected: dict[Path, str], root: Path = ROOT) -> list[str]:
     """Differences between ``expected`` and the tree: stale, missing and orphaned files."""
     problems: list[str] = []
     for path, text in expected.items():
-        name = path.relative_to(ROOT)
+        name = path.relative_to(root)
         if not path.exists():
             problems.append(f"missing: {name}")
         elif path.read_text() != text:
@@ -278,19 +425,24 @@ def check(expected: dict[Path, str]) -> list[str]:
                 lineterm="",
             )
             problems.append(f"stale: {name}\n" + "\n".join(list(diff)[:20]))
-    for path in sorted(DST.rglob("*.py")):
+    for path in _generated_files(root):
         if path not in expected:
             problems.append(
-                f"orphan (not generated from any listed module): {path.relative_to(ROOT)}"
+                f"orphan (no source says `{MARKER.strip()} {path.relative_to(root)}`): "
+                f"{path.relative_to(root)}"
             )
     return problems
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="fail if src/taskq_sync is stale")
+    parser.add_argument("--check", action="store_true", help="fail if a twin is stale")
     args = parser.parse_args(argv)
-    expected = generate()
+    try:
+        expected = generate()
+    except (UnusedRename, BadMarker) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if args.check:
         problems = check(expected)
         for problem in problems:
@@ -300,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{len(problems)} problem(s); run `python tools/generate_sync.py`", file=sys.stderr
             )
             return 1
-        print(f"src/taskq_sync is up to date ({len(expected)} files)")
+        print(f"the sync twins are up to date ({len(expected)} files)")
         return 0
     for path, text in expected.items():
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,3 +1,4 @@
+# sync twin: src/taskq_sync/__init__.py
 """taskq: a Postgres-backed job queue with first-class rate limiting."""
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import sys
 import types
 import typing
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from typing import Any, Generic, TypeVar, cast, get_args, get_origin, overload
 
@@ -299,15 +299,14 @@ def actor(
     return decorate
 
 
-_OPTION_NAMES = frozenset(
-    {
-        "name", "queue", "retry", "result_ttl", "singleton", "max_concurrent", "max_pending",
-        "metadata", "unique_for", "unique_states", "start_to_close", "rate_limits",
-        "reservations", "non_retryable_exceptions", "retry_classifier", "on_retry_exhausted",
-        "on_retry_exhausted_timeout", "on_success", "on_success_timeout", "on_cancel",
-        "on_cancel_timeout", "priority", "schedules",
-    }
-)  # fmt: skip
+_DERIVED_FIELDS = frozenset(
+    {"fn", "payload_type", "result_type", "result_adapter", "wants_ctx", "is_sync", "dependencies"}
+)
+"""The :class:`ActorRef` fields read from the handler's signature, not given as options."""
+
+_OPTION_NAMES = frozenset(f.name for f in fields(ActorRef)) - _DERIVED_FIELDS
+"""Every ``@actor`` option: the ``ActorRef`` fields, declared once there (the overload of
+:func:`actor` and :func:`_check_options` are tested to name the same set)."""
 
 
 def _build(

@@ -1,3 +1,4 @@
+# sync twin: src/taskq_sync/actor_config_ops.py
 """Actor-config operations (``tq.actors``): read, set, diff, deregister, and the startup sync.
 
 ``max_concurrent``, ``max_pending`` and ``result_ttl`` are operator-owned once a row

@@ -1,3 +1,4 @@
+# sync twin: src/taskq_sync/client.py
 """Producer-side clients: ``TaskQ`` (owns an engine), ``JobsClient`` (enqueue and read jobs).
 
 ``JobsClient`` does no I/O at construction: make one per process and share it. The

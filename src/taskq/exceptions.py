@@ -1,8 +1,11 @@
-"""Every exception taskq raises, rooted at :class:`TaskQError`.
+"""Every exception taskq raises, rooted at :class:`TaskQError`, and the signals actors raise.
 
 Each exception carries machine-readable fields, so callers branch on attributes, never on
-message text; docs/exceptions.md is generated from this module (tools/gen_reference_docs.py). Control-flow signals (:class:`Snooze`,
-:class:`RetryAfter`) live here too because actors raise them.
+message text; docs/exceptions.md is generated from this module (tools/gen_reference_docs.py).
+Control-flow signals (:class:`Snooze`, :class:`RetryAfter`) live here too because actors
+raise them, but they are not errors: they derive from :class:`ControlFlow`, not
+:class:`TaskQError`, so an actor's ``except TaskQError`` around its own calls into taskq
+never swallows one.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ __all__ = [
     "ActorHasEnabledSchedulesError",
     "ActorNotFoundError",
     "ConfigurationError",
+    "ControlFlow",
     "JobCancelledError",
     "JobFailedError",
     "JobNotFoundError",
@@ -38,6 +42,7 @@ __all__ = [
     "SingletonCollisionError",
     "Snooze",
     "StartToCloseTimeout",
+    "StoreUnavailable",
     "SubEnqueueError",
     "TaskQError",
     "WaitTimeout",
@@ -72,6 +77,18 @@ class SchemaNotReady(TaskQError):
         self.table = table
         self.command = command
         super().__init__(f"taskq table {table!r} does not exist; run: {command}")
+
+
+class StoreUnavailable(TaskQError, ConnectionError):
+    """The job store (Postgres or SQLite) cannot be reached, or dropped the connection.
+
+    The operation may or may not have taken effect; trying again later can succeed.
+    ``reason`` is the driver's message; the driver's error is the ``__cause__``.
+    """
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"the job store is unavailable: {reason}")
 
 
 class PayloadValidationError(TaskQError, ValueError):
@@ -300,7 +317,12 @@ class ScopeViolation(TaskQError):
         super().__init__(message)
 
 
-class Snooze(TaskQError):
+class ControlFlow(Exception):
+    """Root of the signals an actor raises to steer its job (:class:`Snooze`,
+    :class:`RetryAfter`). Not a :class:`TaskQError`: ``except TaskQError`` lets them through."""
+
+
+class Snooze(ControlFlow):
     """Signal: reschedule the job at ``now + delay`` without consuming retry budget."""
 
     def __init__(self, delay: timedelta) -> None:
@@ -312,7 +334,7 @@ class Snooze(TaskQError):
         super().__init__(f"snoozed for {delay}")
 
 
-class RetryAfter(TaskQError):
+class RetryAfter(ControlFlow):
     """Signal: retry after ``delay``; consumes the retry budget unless told not to."""
 
     def __init__(self, delay: timedelta, consume_budget: bool = True) -> None:

@@ -1,3 +1,4 @@
+# sync twin: src/taskq_sync/handle.py
 """``JobHandle[R]``: a reference to one enqueued job, and the way to wait for its result."""
 
 from __future__ import annotations
@@ -153,9 +154,8 @@ class JobHandle(Generic[R]):
 
         owned: Any = None
         if redis_client is None:
-            from taskq.settings import TaskQSettings
-
-            url = redis_url or TaskQSettings.load().redis_url
+            settings = self._backend.settings  # what the client was built with
+            url = redis_url or (settings.redis_url if settings is not None else None)
             if not url:
                 raise RuntimeError(
                     "progress_stream() needs Redis: pass redis_client= or redis_url=, "

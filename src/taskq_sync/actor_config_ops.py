@@ -47,7 +47,7 @@ __all__ = [
 ]
 _log = structlog.get_logger("taskq.actor_config")
 UNSET: Any = object()
-'Sentinel: "leave this field as it is" in :meth:`ActorsClient.set`.'
+"""Sentinel: "leave this field as it is" in :meth:`ActorsClient.set`."""
 _SEED_FIELDS = ("max_concurrent", "max_pending", "result_ttl")
 
 

@@ -148,7 +148,7 @@ class JobsClient(JobOperations):
             return []
         made = _Items(items)
         with enqueue_span((), len(items)) as span:
-            batch = made.batch()
+            batch = made.batch()  # in the span: the jobs carry its trace context
             stamp_actors(span, batch.actors)
             if connection is None:
                 outcomes = self.backend.enqueue_batch(batch)
@@ -182,10 +182,10 @@ class TaskQ:
     """The application's handle on taskq: owns an engine, exposes ``jobs``, ``actors``,
     ``queues``, ``workers`` and ``schedules``.
 
-    ``async with TaskQ(dsn=...) as tq: await tq.enqueue(...)``. ``dsn`` is a
+    ``with TaskQ(dsn=...) as tq: tq.enqueue(...)``. ``dsn`` is a
     SQLAlchemy URL (a plain ``postgresql://`` means psycopg); without it,
     ``TASKQ_DATABASE_URL`` or the embedded SQLite file. Pass ``engine=`` to share an
-    engine you own, one you made with ``create_async_engine`` included (it is then not
+    engine you own, one you made with ``create_engine`` included (it is then not
     disposed on exit): taskq finds its tables in the schema of ``settings``
     (``TASKQ_SCHEMA_NAME``), or in ``schema=`` when given, through the engine's
     ``schema_translate_map``, without changing the engine you passed.
@@ -210,7 +210,7 @@ class TaskQ:
         if engine is None:
             engine = make_engine(dsn, settings=self.settings)
         self.engine = with_schema(engine, settings=self.settings)
-        "The engine taskq runs on: the one passed (or made), with the schema applied."
+        """The engine taskq runs on: the one passed (or made), with the schema applied."""
         self.backend = SqlBackend(
             self.engine, settings=self.settings, held_connections=held_connections_cap(self.engine)
         )
@@ -259,7 +259,7 @@ class _Items:
     def __init__(self, items: Sequence[EnqueueArgs | tuple[ActorRef[Any, Any] | str, Any]]) -> None:
         self.items = items
         self.refs: list[ActorRef[Any, Any]] = []
-        "The actor of each item made so far (all of them when they are all pairs)."
+        """The actor of each item made so far (all of them when they are all pairs)."""
         self._resolved = False
         self._templates: dict[int, EnqueueRequest] = {}
         self._bulk: BulkRows | None = None
@@ -268,11 +268,11 @@ class _Items:
         """The items' :class:`~taskq.request_batch.RequestBatch` (``plain`` when known)."""
         refs: list[ActorRef[Any, Any]] = []
         models: list[Any] = []
-        exact = True
+        exact = True  # every payload is an instance of exactly its actor's model
         last: object = _NO_ACTOR
         ref: ActorRef[Any, Any] | None = None
         payload_type: object = None
-        for item in self.items:
+        for item in self.items:  # one pass, each run of items naming one actor resolved once
             if type(item) is not tuple or len(item) != 2:
                 return RequestBatch(len(self.items), self.make)
             actor, model = item
@@ -343,7 +343,7 @@ class _Items:
                 ref = _resolve(actor)
                 self.refs.append(ref)
             if type(payload) is ref.payload_type:
-                made.append(None)
+                made.append(None)  # made below, with the actor's other deferred items
                 _, indexes, payloads = deferred.setdefault(id(ref), (ref, [], []))
                 indexes.append(index - start)
                 payloads.append(payload)
@@ -354,11 +354,11 @@ class _Items:
             template = self._template(ref)
             for i, body in zip(indexes, ref.dump_payloads(payloads), strict=True):
                 made[i] = request_like(template, body, ids[i])
-        return cast("list[EnqueueRequest]", made)
+        return cast("list[EnqueueRequest]", made)  # every None was filled in above
 
 
 _NO_ACTOR = object()
-"No item's actor (what :meth:`_Items.batch` compares the first item's with)."
+"""No item's actor (what :meth:`_Items.batch` compares the first item's with)."""
 
 
 def _find(actor: object) -> ActorRef[Any, Any] | None:

@@ -33,6 +33,7 @@ class JobHandle(Generic[R]):
     ``job_id`` work on them.
     """
 
+    # enqueue_many returns one handle per job: no per-instance __dict__.
     __slots__ = (
         "__weakref__",
         "_backend",
@@ -113,7 +114,7 @@ class JobHandle(Generic[R]):
         self.record = record
         return record
 
-    def wait(self, timeout: float | None = None) -> R:
+    def wait(self, timeout: float | None = None) -> R:  # noqa: ASYNC109
         """Wait until the job finishes; return its result (typed by the actor's ``R``).
 
         Raises ``JobCancelledError`` if it was cancelled, ``JobFailedError`` for any other
@@ -135,7 +136,7 @@ class JobHandle(Generic[R]):
         redis_url: str | None = None,
         timeout: float | None = None,
         poll_interval: float = 1.0,
-    ) -> Iterator[ProgressEvent]:
+    ) -> Iterator[ProgressEvent]:  # noqa: ASYNC109
         """Yield the job's progress-stream events as they happen; end after the terminal one.
 
         Subscribes to the job's Redis channel (``redis_client``, else a client built from
@@ -152,12 +153,12 @@ class JobHandle(Generic[R]):
 
         owned: Any = None
         if redis_client is None:
-            from taskq.settings import TaskQSettings
-
-            url = redis_url or TaskQSettings.load().redis_url
+            settings = self._backend.settings  # what the client was built with
+            url = redis_url or (settings.redis_url if settings is not None else None)
             if not url:
                 raise RuntimeError(
-                    "progress_stream() needs Redis: pass redis_client= or redis_url=, or set TASKQ_REDIS_URL"
+                    "progress_stream() needs Redis: pass redis_client= or redis_url=, "
+                    "or set TASKQ_REDIS_URL"
                 )
             redis_client = owned = Redis.from_url(url)
         deadline = None if timeout is None else time.monotonic() + timeout

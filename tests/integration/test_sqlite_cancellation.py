@@ -36,7 +36,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from taskq import TaskQ, actor
-from taskq.db import tables
+from taskq._compat import aiosqlite as compat_aiosqlite
+from taskq._compat import sqlalchemy as compat_sqlalchemy
+from taskq.db import dialect, tables
 from taskq.db.engine import make_engine, transaction
 from taskq.handle import JobHandle
 from taskq.ratelimit import TokenBucket
@@ -236,9 +238,22 @@ async def test_a_sql_rate_limit_acquire_cancelled_mid_transaction_releases_the_w
     assert await _count(files, select(func.count()).select_from(tables.rate_limit_buckets)) == 0
 
 
+@pytest.mark.parametrize("compat", [True, False], ids=["compat", "public-fallback"])
 async def test_a_raw_write_transaction_cancelled_mid_statement_releases_the_write_lock(
-    files: Files, unique_name: str
+    files: Files, unique_name: str, monkeypatch: pytest.MonkeyPatch, compat: bool
 ) -> None:
+    # public-fallback: a library version taskq._compat does not know. The rollback and the
+    # cursor close then go through the public, waiting calls (after the held statement).
+    monkeypatch.setattr(compat_aiosqlite, "SUPPORTED", compat)
+    monkeypatch.setattr(compat_sqlalchemy, "SUPPORTED", compat)
+    public: list[object] = []
+    original = dialect._roll_back_driver
+
+    async def spy(driver: Any) -> None:
+        public.append(driver)
+        await original(driver)
+
+    monkeypatch.setattr(dialect, "_roll_back_driver", spy)
     gate = Gate(asyncio.get_running_loop())
     gate.install(files.gated)
 
@@ -279,6 +294,7 @@ async def test_a_raw_write_transaction_cancelled_mid_statement_releases_the_writ
     await files.gated.dispose()
     await files.other.dispose()
     assert not await asyncio.to_thread(Path(f"{files.path}-wal").exists)
+    assert bool(public) is not compat  # the fallback ran exactly where it should
 
 
 def test_the_blocking_engine_releases_the_write_lock_of_an_invalidated_connection(

@@ -23,11 +23,24 @@ from taskq.exceptions import (
 )
 
 
-def test_every_exported_exception_is_a_taskq_error() -> None:
+def test_every_exported_exception_is_a_taskq_error_or_a_control_flow_signal() -> None:
     for name in exceptions.__all__:
         obj = getattr(exceptions, name)
         assert inspect.isclass(obj), name
-        assert issubclass(obj, TaskQError), name
+        assert issubclass(obj, TaskQError | exceptions.ControlFlow), name
+        assert not issubclass(obj, TaskQError) or not issubclass(obj, exceptions.ControlFlow)
+
+
+def test_an_actors_except_taskq_error_does_not_swallow_snooze_or_retry_after() -> None:
+    def actor_body(signal: Exception) -> str:
+        try:
+            raise signal
+        except TaskQError:  # what an actor writes around its own calls into taskq
+            return "swallowed"
+
+    for signal in (Snooze(timedelta(seconds=1)), RetryAfter(timedelta(seconds=1))):
+        with pytest.raises(type(signal)):
+            actor_body(signal)
 
 
 def test_fields() -> None:

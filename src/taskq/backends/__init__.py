@@ -1,0 +1,1 @@
+# sync twin: src/taskq_sync/backends/__init__.py

@@ -1,3 +1,4 @@
+# sync twin: src/taskq_sync/backends/base.py
 """The :class:`Backend` protocol: what a job store offers the producer-side clients.
 
 ``SqlBackend`` (Postgres and SQLite through SQLAlchemy) and ``InMemoryBackend`` (tests)
@@ -12,6 +13,7 @@ from uuid import UUID
 
 from taskq.records import AttemptRecord, EnqueueOutcome, EnqueueRequest, JobRecord
 from taskq.request_batch import RequestBatch
+from taskq.settings import TaskQSettings
 
 __all__ = ["Backend"]
 
@@ -23,6 +25,9 @@ class Backend(Protocol):
     insert. ``connection`` (SQL backends only) runs the enqueue inside the caller's open
     transaction, so a rollback leaves no job.
     """
+
+    settings: TaskQSettings | None
+    """The settings the store was built with (``None``: a test store built without any)."""
 
     async def enqueue(
         self, requests: Sequence[EnqueueRequest], *, connection: Any = None

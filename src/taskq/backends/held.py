@@ -1,3 +1,4 @@
+# sync twin: src/taskq_sync/backends/held.py
 """``HeldConnections``: the autocommit connections the plain enqueue keeps between calls.
 
 Checking a connection out of the SQLAlchemy pool and back in around every enqueue

@@ -1,3 +1,4 @@
+# sync twin: src/taskq_sync/backends/sql.py
 """``SqlBackend``: the job store on a SQLAlchemy engine, for Postgres and SQLite alike.
 
 Enqueue runs the actors page's checks in order inside one transaction. Single-flight
@@ -100,6 +101,7 @@ class SqlBackend:
         self.engine = engine = with_schema(engine, schema=schema, settings=settings)
         self.dialect: str = engine.dialect.name
         resolved = settings or TaskQSettings.load()
+        self.settings: TaskQSettings | None = resolved
         self._ttl = resolved.actor_config_cache_ttl.total_seconds()
         self._translate: dict[str | None, str | None] = dict(
             engine.get_execution_options().get("schema_translate_map") or {}

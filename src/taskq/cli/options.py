@@ -14,7 +14,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from taskq.db.engine import make_engine
-from taskq.exceptions import ConfigurationError, SchemaNotReady
+from taskq.exceptions import ConfigurationError, SchemaNotReady, StoreUnavailable
 from taskq.settings import TaskQSettings
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -116,5 +116,7 @@ def run_db(
         return asyncio.run(_go())
     except SchemaNotReady as exc:
         raise DatabaseUnavailable(f"{where(settings)}: {exc}") from None
+    except StoreUnavailable as exc:
+        raise DatabaseUnavailable(f"{failure} {where(settings)}: {exc.reason}") from None
     except (OperationalError, DBAPIError) as exc:
         raise DatabaseUnavailable(f"{failure} {where(settings)}: {exc.orig}") from None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import sys
 from typing import Any
 
@@ -10,7 +9,7 @@ import click
 
 from taskq.cli.options import database_options
 from taskq.exceptions import ConfigurationError, MissingProvider, SchemaNotReady
-from taskq.settings import WorkerSettings
+from taskq.worker import target as target_module
 
 
 def load_target(target: str, *, param_hint: str = "TARGET") -> Any:
@@ -18,25 +17,10 @@ def load_target(target: str, *, param_hint: str = "TARGET") -> Any:
 
     Problems are ``click.BadParameter`` errors naming ``param_hint``.
     """
-    module_name, sep, attr = target.partition(":")
-    if not sep or not module_name or not attr:
-        raise click.BadParameter(
-            "expected MODULE:ATTR, e.g. myapp.actors:registry", param_hint=param_hint
-        )
-    if "" not in sys.path:
-        sys.path.insert(0, "")
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise click.BadParameter(
-            f"cannot import {module_name!r}: {exc}", param_hint=param_hint
-        ) from None
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise click.BadParameter(
-            f"{module_name!r} has no attribute {attr!r}", param_hint=param_hint
-        ) from None
+        return target_module.load_target(target)
+    except target_module.TargetError as exc:
+        raise click.BadParameter(str(exc), param_hint=param_hint) from None
 
 
 @click.command("worker")
@@ -66,17 +50,13 @@ def worker(
     """Run a worker for the actors at TARGET (MODULE:ATTR: a dict or list of actors)."""
     from taskq.worker.run import worker_main
 
-    overrides: dict[str, Any] = {}
-    if database_url is not None:
-        overrides["database_url"] = database_url
-    if schema_name is not None:
-        overrides["schema_name"] = schema_name
-    if queues:
-        overrides["queues"] = queues
-    if concurrency is not None:
-        overrides["max_concurrency"] = concurrency
     try:
-        settings = WorkerSettings.load(**overrides)
+        settings = target_module.worker_settings(
+            database_url=database_url,
+            schema_name=schema_name,
+            queues=queues,
+            concurrency=concurrency,
+        )
     except ConfigurationError as exc:
         raise click.UsageError(str(exc)) from None
     registry = load_target(target)

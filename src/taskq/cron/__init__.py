@@ -1,3 +1,4 @@
+# sync twin: src/taskq_sync/cron/__init__.py
 """Periodic jobs: :class:`Schedule` values, their tick times, and the stored schedules.
 
 Importing this package loads only the model (no engine, no client): ``taskq.actor``

@@ -1,3 +1,4 @@
+# sync twin: src/taskq_sync/cron/client.py
 """``tq.schedules``: create, read and operate the stored schedules.
 
 ``list``/``get`` show each schedule with its last run, its next run and the last tick's
@@ -24,7 +25,7 @@ from taskq.cron.schedule import Schedule, bind_schedule, validate_schedule_id
 from taskq.db.engine import transaction
 from taskq.db.queries import cron as q
 from taskq.exceptions import ScheduleExistsError, ScheduleNotFoundError
-from taskq.testing.clock import Clock
+from taskq.clock import Clock
 
 if TYPE_CHECKING:
     from taskq.client import JobsClient

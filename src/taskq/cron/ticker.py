@@ -45,7 +45,7 @@ from taskq.exceptions import (
     TaskQError,
 )
 from taskq.records import EnqueueArgs
-from taskq.testing.clock import Clock
+from taskq.clock import Clock
 
 __all__ = ["POLL_S", "Ticker", "refusal_reason"]
 

@@ -1,0 +1,1 @@
+# sync twin: src/taskq_sync/db/__init__.py

@@ -4,7 +4,9 @@ Everything else in taskq builds the same SQLAlchemy Core statements for both eng
 Here: URL normalisation, engine options, the SQLite connection setup (WAL, busy timeout,
 ``BEGIN IMMEDIATE``, the rollback of a connection the pool closes mid-transaction), the
 Postgres idle-connection ping, the store's clock, upserts, advisory locks and the
-translation of "table missing" errors into :class:`~taskq.exceptions.SchemaNotReady`.
+translation of driver errors into taskq's (:func:`translate_error`: a missing table is
+:class:`~taskq.exceptions.SchemaNotReady`, an unreachable store
+:class:`~taskq.exceptions.StoreUnavailable`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import aiosqlite
+import psycopg
 import structlog
 from sqlalchemy import Engine, Float, event, func, literal, literal_column, select, text
 from sqlalchemy.dialects import postgresql, sqlite
@@ -25,7 +28,9 @@ from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
 from sqlalchemy.sql.elements import ColumnElement
 
-from taskq.exceptions import SchemaNotReady
+from taskq._compat import aiosqlite as compat_aiosqlite
+from taskq._compat import sqlalchemy as compat_sqlalchemy
+from taskq.exceptions import SchemaNotReady, StoreUnavailable, TaskQError
 from taskq.settings import TaskQSettings
 
 __all__ = [
@@ -256,15 +261,23 @@ def _close_cursor(cursor: Any) -> None:
 
     pysqlite's cursor is closed here (the exception was raised on its thread, after the
     statement returned); aiosqlite's on the connection's thread (the statement may still
-    be running there). Closed, it no longer keeps a closed connection alive.
+    be running there), without waiting. Closed, it no longer keeps a closed connection
+    alive. Where ``taskq._compat`` cannot queue it, SQLAlchemy's own ``close()`` closes
+    it after the statement in flight (the cancelled call then ends with it).
     """
     try:
         if isinstance(cursor, sqlite3.Cursor):
             cursor.close()
             return
-        driver_cursor = getattr(cursor, "_cursor", None)  # SQLAlchemy's aiosqlite adapter
+        driver_cursor = compat_sqlalchemy.driver_cursor(cursor)
         if isinstance(driver_cursor, aiosqlite.Cursor):
-            _on_driver_thread(driver_cursor._conn, driver_cursor._cursor.close)
+            parts = compat_aiosqlite.cursor_parts(driver_cursor)
+            if parts is not None:
+                driver, sqlite_cursor = parts
+                if compat_aiosqlite.call_soon(driver, _logged(lambda _c: sqlite_cursor.close())):
+                    return
+        if cursor is not None:
+            cursor.close()
     except Exception as exc:  # never replace the exit exception in flight
         _log.warning("sqlite-cursor-close-failed", error=repr(exc))
 
@@ -272,22 +285,28 @@ def _close_cursor(cursor: Any) -> None:
 def _roll_back_before_close(dbapi_connection: Any) -> None:
     """Roll back the transaction of a SQLite connection the pool is about to close.
 
-    pysqlite: here. aiosqlite: on the connection's thread, ahead of the close.
+    pysqlite: here. aiosqlite: on the connection's thread, ahead of the close, without
+    waiting (``taskq._compat.aiosqlite``); where that cannot be queued, through
+    SQLAlchemy's public ``AdaptedConnection.run_async``, which waits for the statement
+    in flight first.
     """
     try:
-        driver = getattr(dbapi_connection, "driver_connection", dbapi_connection)
-        if isinstance(driver, sqlite3.Connection):
-            _roll_back(driver)
-        elif isinstance(driver, aiosqlite.Connection):
-
-            def roll_back_on_thread() -> None:
-                connection = driver._connection
-                if connection is not None:  # not closed in the meantime
-                    _roll_back(connection)
-
-            _on_driver_thread(driver, roll_back_on_thread)
+        if isinstance(dbapi_connection, sqlite3.Connection):
+            _roll_back(dbapi_connection)
+            return
+        driver = getattr(dbapi_connection, "driver_connection", None)
+        queued = isinstance(driver, aiosqlite.Connection) and compat_aiosqlite.call_soon(
+            driver, _logged(_roll_back)
+        )
+        if isinstance(driver, aiosqlite.Connection) and not queued:
+            dbapi_connection.run_async(_roll_back_driver)
     except Exception as exc:  # the close must go on whatever happens here
         _log.warning("sqlite-rollback-before-close-failed", error=repr(exc))
+
+
+async def _roll_back_driver(driver: aiosqlite.Connection) -> None:
+    """End the aiosqlite connection's transaction (a no-op without one)."""
+    await driver.rollback()
 
 
 def _roll_back(connection: sqlite3.Connection) -> None:
@@ -299,25 +318,16 @@ def _roll_back(connection: sqlite3.Connection) -> None:
         _log.warning("sqlite-rollback-before-close-failed", error=repr(exc))
 
 
-def _on_driver_thread(driver: aiosqlite.Connection, call: Callable[[], object]) -> None:
-    """Queue ``call`` on aiosqlite's thread for ``driver`` without waiting for it.
+def _logged(call: Callable[[sqlite3.Connection], object]) -> Callable[[sqlite3.Connection], None]:
+    """``call``, reporting a failure in the log: on aiosqlite's thread nobody sees it raise."""
 
-    aiosqlite runs a connection's calls one at a time, in order, on that thread, so
-    ``call`` runs after the statement in flight (if any) and before any close queued
-    later. Its queue is private; SQLAlchemy's aiosqlite adapter feeds it the same way.
-    From aiosqlite 0.22 (the floor in ``pyproject.toml``; its own ``stop()`` does so) it
-    takes a call with no future to report to.
-    """
-    if driver._connection is None:  # closed: nothing runs on its thread any more
-        return
-
-    def logged() -> None:
+    def run(connection: sqlite3.Connection) -> None:
         try:
-            call()
+            call(connection)
         except Exception as exc:
             _log.warning("sqlite-release-on-close-failed", error=repr(exc))
 
-    driver._tx.put_nowait((None, logged))
+    return run
 
 
 def install_postgres_hooks(engine: Engine) -> None:
@@ -394,16 +404,42 @@ _SQLITE_MISSING = re.compile(r"no such table: (?:\w+\.)?(\w+)")
 _PG_MISSING = re.compile(r'relation "(?:[^"]+\.)?([^"]+)" does not exist')
 
 
+_PG_UNAVAILABLE_STATES = frozenset({"57P01", "57P02", "57P03"})
+"""Admin shutdown, crash shutdown, cannot connect now (besides class 08, connection errors)."""
+
+
 def translate_error(exc: BaseException) -> BaseException:
-    """Map a driver's "table does not exist" to :class:`SchemaNotReady`; else return ``exc``."""
+    """The one place driver errors become taskq's: a missing table is
+    :class:`SchemaNotReady`, a store that cannot be reached or dropped the connection is
+    :class:`StoreUnavailable`; anything else is returned as it is.
+
+    The storage layer's exits (:func:`taskq.db.engine.transaction`, the SQL backend and
+    the SQL rate-limit statements) raise what this returns, chained to the driver error.
+    """
     if not isinstance(exc, DBAPIError):
         return exc
     orig = exc.orig
     message = str(orig)
     sqlstate = getattr(orig, "sqlstate", None)
     match = _PG_MISSING.search(message) if sqlstate == "42P01" else _SQLITE_MISSING.search(message)
-    if match is None:
+    error: TaskQError
+    if match is not None:
+        error = SchemaNotReady(match.group(1))
+    elif _unavailable(exc, sqlstate):
+        error = StoreUnavailable(message.strip() or type(orig).__name__)
+    else:
         return exc
-    error = SchemaNotReady(match.group(1))
     error.__cause__ = exc
     return error
+
+
+def _unavailable(exc: DBAPIError, sqlstate: object) -> bool:
+    """Whether ``exc`` says the store is out of reach rather than refusing the statement."""
+    if exc.connection_invalidated:  # SQLAlchemy saw a disconnect (and recycled the pool)
+        return True
+    orig = exc.orig
+    if isinstance(sqlstate, str):
+        return sqlstate.startswith("08") or sqlstate in _PG_UNAVAILABLE_STATES
+    if isinstance(orig, psycopg.OperationalError):
+        return True  # no SQLSTATE: the connection itself failed (refused, closed, lost)
+    return isinstance(orig, sqlite3.OperationalError) and "unable to open" in str(orig)

@@ -1,3 +1,4 @@
+# sync twin: src/taskq_sync/db/engine.py
 """Engines and transactions for the job store.
 
 One URL serves both worlds: ``make_engine`` gives an ``AsyncEngine`` here and an

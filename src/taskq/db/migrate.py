@@ -1,3 +1,4 @@
+# sync twin: src/taskq_sync/db/migrate.py
 """Apply, revert and inspect taskq's schema migrations on a live engine.
 
 Postgres and SQLite migrate with the same calls; alembic runs on the engine's own

@@ -28,6 +28,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
+import sys
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -388,11 +390,13 @@ async def _drain(
     )
 
 
-def main() -> None:
-    """``python -m taskq.examples.quickstart``: the same as ``taskq quickstart``."""
-    from taskq.cli.quickstart import quickstart
-
-    quickstart(prog_name="python -m taskq.examples.quickstart")
+def main(argv: list[str] | None = None) -> None:
+    """``python -m taskq.examples.quickstart [DATABASE_URL]``: run the demo and print its
+    summary as JSON (``taskq quickstart`` runs the same with a live progress bar)."""
+    args = sys.argv[1:] if argv is None else argv
+    database_url = args[0] if args else "sqlite+aiosqlite:///./taskq.db"
+    summary = asyncio.run(run(database_url))
+    print(json.dumps(summary.as_dict(), indent=2))
 
 
 if __name__ == "__main__":

@@ -1,3 +1,4 @@
+# sync twin: src/taskq_sync/ops/__init__.py
 """The operations layer: what the CLI and the admin UI read and act through.
 
 ``tq.jobs`` carries the job operations (:class:`~taskq.ops.jobs.JobOperations`),

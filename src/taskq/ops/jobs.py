@@ -1,3 +1,4 @@
+# sync twin: src/taskq_sync/ops/jobs.py
 """Job operations for operators: list, count, detail, cancel_where, retry, purge.
 
 :class:`JobOperations` is mixed into :class:`taskq.client.JobsClient`, so ``tq.jobs``

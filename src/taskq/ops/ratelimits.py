@@ -1,3 +1,4 @@
+# sync twin: src/taskq_sync/ops/ratelimits.py
 """Rate-limit state for operators (``tq.rate_limits``): list with peek state, peek, reset.
 
 The buckets are the registry's (``taskq.ratelimit.registry`` unless another is given:

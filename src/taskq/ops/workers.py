@@ -1,3 +1,4 @@
+# sync twin: src/taskq_sync/ops/workers.py
 """The operator's view of the worker fleet (``tq.workers``): who runs, where, doing what.
 
 A worker writes its own ``workers`` row (id, host, pid, queues, concurrency, status) at

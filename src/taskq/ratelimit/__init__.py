@@ -1,3 +1,4 @@
+# sync twin: src/taskq_sync/ratelimit/__init__.py
 """Rate limiting: token buckets, sliding windows, concurrency reservations and the registry.
 
 Primitives keep their state in Redis, Postgres/SQLite or process memory, compose through

@@ -6,9 +6,9 @@ import math
 from datetime import timedelta
 from typing import Any, Final, Literal
 
+from taskq.clock import Clock
 from taskq.ratelimit._algorithms import to_us, us_to_timedelta
 from taskq.ratelimit.decision import RateLimitBackend, RateLimitDecision
-from taskq.testing.clock import Clock
 
 __all__ = [
     "ALLOWED_WAIT",

@@ -1,3 +1,4 @@
+# sync twin: src/taskq_sync/ratelimit/_sql.py
 """The ``"postgres"`` rate-limit backend, which also runs on SQLite.
 
 On Postgres a token-bucket or GCRA acquire is ONE statement on an autocommit connection
@@ -149,7 +150,8 @@ async def _pg_take(
             fairy.invalidate()
         if isinstance(exc, psycopg.Error):
             error = DBAPIError.instance(sql, sent, exc, psycopg.Error, dialect=ac.engine.dialect)
-            raise translate_error(error) from exc
+            translated = translate_error(error)
+            raise translated from (exc if translated is error else error)
         raise
     finally:
         if ASYNC:

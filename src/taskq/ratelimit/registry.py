@@ -1,3 +1,4 @@
+# sync twin: src/taskq_sync/ratelimit/registry.py
 """``RateLimitRegistry``: named primitives, keyed materialisation and AND-composition.
 
 Two namespaces (rate limits; reservations). ``acquire_for_actor`` takes an actor's
@@ -18,6 +19,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID
 
+from taskq.clock import Clock, SystemClock
 from taskq.constants import DEFAULT_RESERVATION_BACKOFF
 from taskq.exceptions import ReservationUnavailable
 from taskq.ratelimit import _sql
@@ -33,7 +35,6 @@ from taskq.ratelimit.reservation import ConcurrencyReservation
 from taskq.ratelimit.sliding_window import SlidingWindow
 from taskq.ratelimit.token_bucket import TokenBucket
 from taskq.settings import TaskQSettings
-from taskq.testing.clock import Clock, SystemClock
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis

@@ -1,3 +1,4 @@
+# sync twin: src/taskq_sync/ratelimit/reservation.py
 """``ConcurrencyReservation``: at most ``slots`` holders at once, by leased slot rows.
 
 On Postgres each slot is a row of ``reservation_slots`` claimed with
@@ -14,6 +15,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
+from taskq.clock import Clock
 from taskq.constants import DEFAULT_RESERVATION_BACKOFF, SCHEMA_NAME_RE, validate_name
 from taskq.db.dialect import schema_translate_map
 from taskq.db.engine import transaction
@@ -23,7 +25,6 @@ from taskq.ratelimit._algorithms import from_us, to_us, us_to_timedelta
 from taskq.ratelimit._memory import MemoryReservation
 from taskq.ratelimit.decision import HeldSlot, SyncResult
 from taskq.ratelimit.refs import lease_seconds
-from taskq.testing.clock import Clock
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine

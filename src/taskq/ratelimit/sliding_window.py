@@ -1,3 +1,4 @@
+# sync twin: src/taskq_sync/ratelimit/sliding_window.py
 """``SlidingWindow``: at most ``limit`` requests in any rolling ``window``.
 
 ``style="log"`` keeps one entry per accepted request (exact; refundable on Redis by
@@ -11,6 +12,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from taskq._ids import new_request_id
+from taskq.clock import Clock
 from taskq.constants import validate_name
 from taskq.db.engine import with_schema
 from taskq.ratelimit import _redis_utils as rru
@@ -31,7 +33,6 @@ from taskq.ratelimit.decision import RateLimitDecision, RateLimitState, SlidingW
 from taskq.ratelimit.refs import validate_backend
 from taskq.settings import TaskQSettings
 from taskq.telemetry import record_decision
-from taskq.testing.clock import Clock
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis

@@ -1,3 +1,4 @@
+# sync twin: src/taskq_sync/ratelimit/token_bucket.py
 """``TokenBucket``: throughput with burst tolerance, on Redis, Postgres/SQLite or memory."""
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ import math
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
+from taskq.clock import Clock
 from taskq.constants import validate_name
 from taskq.db.engine import with_schema
 from taskq.ratelimit import _redis_utils as rru
@@ -29,7 +31,6 @@ from taskq.ratelimit.decision import RateLimitDecision, RateLimitState
 from taskq.ratelimit.refs import validate_backend
 from taskq.settings import TaskQSettings
 from taskq.telemetry import record_decision
-from taskq.testing.clock import Clock
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis

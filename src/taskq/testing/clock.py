@@ -1,43 +1,20 @@
-"""Clocks: the :class:`Clock` protocol, the real :class:`SystemClock` and :class:`FakeClock`.
+""":class:`FakeClock`, a clock tests move by hand, and the clock protocol it implements.
 
 The memory rate-limit backend and in-memory reservations read time only through a
-``Clock``, so tests drive them deterministically by advancing a :class:`FakeClock`
-instead of sleeping. Store-backed primitives ignore the clock and use the store's own.
+``Clock`` (defined in :mod:`taskq.clock` with the real :class:`SystemClock`, both
+re-exported here), so tests drive them deterministically by advancing a
+:class:`FakeClock` instead of sleeping. Store-backed primitives ignore the clock and use
+the store's own.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from datetime import UTC, datetime, timedelta
-from typing import Protocol, runtime_checkable
+
+from taskq.clock import Clock, SystemClock
 
 __all__ = ["Clock", "FakeClock", "SystemClock"]
-
-
-@runtime_checkable
-class Clock(Protocol):
-    """A source of time: wall-clock ``now()`` (aware, UTC) and a ``monotonic()`` reading."""
-
-    def now(self) -> datetime:
-        """The current time as an aware UTC datetime."""
-        ...
-
-    def monotonic(self) -> float:
-        """Seconds on a clock that only the clock's owner can move backwards."""
-        ...
-
-
-class SystemClock:
-    """The real clock: ``datetime.now(UTC)`` and ``time.monotonic()``."""
-
-    def now(self) -> datetime:
-        """The current wall-clock time in UTC."""
-        return datetime.now(UTC)
-
-    def monotonic(self) -> float:
-        """``time.monotonic()``."""
-        return time.monotonic()
 
 
 class FakeClock:

@@ -32,6 +32,7 @@ from taskq.exceptions import (
 from taskq.records import AttemptRecord, EnqueueOutcome, EnqueueRequest, JobRecord
 from taskq.request_batch import RequestBatch
 from taskq.retry import RetryPolicy, decide_retry
+from taskq.settings import TaskQSettings
 from taskq.testing.clock import Clock, SystemClock
 
 __all__ = ["InMemoryBackend", "PassthroughPayload", "StubContext"]
@@ -77,6 +78,7 @@ class InMemoryBackend:
 
     def __init__(self, clock: Clock | None = None) -> None:
         self.clock: Clock = clock or SystemClock()
+        self.settings: TaskQSettings | None = None
         self.jobs: dict[UUID, JobRecord] = {}
         self._attempts: dict[UUID, list[AttemptRecord]] = {}
         self._stubs: dict[str, _Stub] = {}

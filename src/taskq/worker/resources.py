@@ -22,12 +22,12 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from taskq.actor import ActorRef
+from taskq.clock import SystemClock
 from taskq.db.engine import transaction
 from taskq.db.queries import worker as wq
 from taskq.di import Container, ProviderRegistry, Scope
 from taskq.exceptions import ConfigurationError, MissingProvider
 from taskq.settings import WorkerSettings
-from taskq.testing.clock import SystemClock
 from taskq.worker.state import RunningJob
 
 if TYPE_CHECKING:

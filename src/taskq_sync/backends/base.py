@@ -15,6 +15,7 @@ from uuid import UUID
 
 from taskq.records import AttemptRecord, EnqueueOutcome, EnqueueRequest, JobRecord
 from taskq.request_batch import RequestBatch
+from taskq.settings import TaskQSettings
 
 __all__ = ["Backend"]
 
@@ -26,6 +27,9 @@ class Backend(Protocol):
     insert. ``connection`` (SQL backends only) runs the enqueue inside the caller's open
     transaction, so a rollback leaves no job.
     """
+
+    settings: TaskQSettings | None
+    """The settings the store was built with (``None``: a test store built without any)."""
 
     def enqueue(
         self, requests: Sequence[EnqueueRequest], *, connection: Any = None
@@ -51,7 +55,7 @@ class Backend(Protocol):
         """Request cancellation; ``None`` when the job does not exist."""
         ...
 
-    def wait_for(self, job_id: UUID, timeout: float | None) -> JobRecord | None:
+    def wait_for(self, job_id: UUID, timeout: float | None) -> JobRecord | None:  # noqa: ASYNC109
         """Block until the job is terminal (or ``timeout`` seconds pass); return its row.
 
         Returns the last-seen (non-terminal) row on timeout, ``None`` if it does not exist.

@@ -22,7 +22,7 @@ import taskq.db.dialect as dialects
 
 __all__ = ["HeldConnections", "Lease", "held_connections_cap"]
 _HELD_MAX = 4
-"At most this many idle connections are kept by :class:`HeldConnections`."
+"""At most this many idle connections are kept by :class:`HeldConnections`."""
 
 
 def held_connections_cap(engine: Engine) -> int:
@@ -63,7 +63,7 @@ class HeldConnections:
     * :meth:`lease` does both around a block: released after it, discarded if it raised.
     * :meth:`discard` returns a connection that failed; :meth:`drop_idle` returns every
       idle one (after a disconnect, when the pool has been invalidated).
-    * :meth:`aclose` returns them all; a connection released after it is returned too.
+    * :meth:`close` returns them all; a connection released after it is returned too.
 
     Idle ones are taken and put back under a plain lock held only around list
     operations, so threads (the generated sync facade) share it safely as well.
@@ -71,9 +71,9 @@ class HeldConnections:
 
     def __init__(self, engine: Engine, keep: int) -> None:
         self.engine = engine
-        "The autocommit engine new connections are checked out of."
+        """The autocommit engine new connections are checked out of."""
         self.keep = keep
-        "How many idle connections are kept at most."
+        """How many idle connections are kept at most."""
         self._idle: list[tuple[Connection, float]] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -93,7 +93,7 @@ class HeldConnections:
                 held, since = self._idle.pop()
                 if now - since < dialects.IDLE_PING_AFTER_S:
                     conn = held
-                else:
+                else:  # the others went idle even earlier
                     stale = [*self._idle, (held, since)]
                     self._idle.clear()
         for held, since in stale:

@@ -59,9 +59,14 @@ from taskq_sync.db.engine import on_schema, transaction, with_schema
 __all__ = ["COPY_MIN_ROWS", "PostgresBackend", "SqlBackend", "SqliteBackend"]
 _log = structlog.get_logger("taskq.enqueue")
 _ROWS_PER_STATEMENT = 5000
-"Postgres: jobs per JSON-document INSERT. An ``enqueue_many`` up to this size is one\nautocommit statement; a larger one is split into statements inside one transaction."
+"""Postgres: jobs per JSON-document INSERT. An ``enqueue_many`` up to this size is one
+autocommit statement; a larger one is split into statements inside one transaction."""
 COPY_MIN_ROWS = 250
-"Postgres: a plain batch of at least this many jobs is written with COPY (the default of\n``SqlBackend.copy_min_rows``). COPY costs a fixed ~0.4 ms more client CPU per batch (four\nmore round trips: BEGIN, the clock reading, COPY in two) and saves server time per row;\nmeasured on the reference machine, the two paths take the same wall time at ~200 jobs,\nCOPY is ~10% faster at 300 and ~27% at 1,000. Below the threshold: the one statement."
+"""Postgres: a plain batch of at least this many jobs is written with COPY (the default of
+``SqlBackend.copy_min_rows``). COPY costs a fixed ~0.4 ms more client CPU per batch (four
+more round trips: BEGIN, the clock reading, COPY in two) and saves server time per row;
+measured on the reference machine, the two paths take the same wall time at ~200 jobs,
+COPY is ~10% faster at 300 and ~27% at 1,000. Below the threshold: the one statement."""
 
 
 class SqlBackend:
@@ -70,7 +75,7 @@ class SqlBackend:
     ``held_connections``: how many idle autocommit connections the plain enqueue may
     keep checked out between calls (:class:`HeldConnections`; Postgres only). ``TaskQ``
     passes :func:`held_connections_cap`; a backend that holds any must be closed with
-    :meth:`aclose` before its engine is disposed of. The default, 0, checks a connection
+    :meth:`close` before its engine is disposed of. The default, 0, checks a connection
     out of the pool for every enqueue and needs no closing.
     """
 
@@ -82,17 +87,23 @@ class SqlBackend:
         schema: str | None = None,
         held_connections: int = 0,
     ) -> None:
+        # An engine the user made has no schema map: taskq's view of it gets one
+        # (``schema``, else the settings', else the map the engine carries).
         self.engine = engine = with_schema(engine, schema=schema, settings=settings)
         self.dialect: str = engine.dialect.name
         resolved = settings or TaskQSettings.load()
+        self.settings: TaskQSettings | None = resolved
         self._ttl = resolved.actor_config_cache_ttl.total_seconds()
         self._translate: dict[str | None, str | None] = dict(
             engine.get_execution_options().get("schema_translate_map") or {}
         )
-        "Where taskq's tables live, applied to every statement this backend runs (on a\n        caller's ``connection=`` too, through :func:`~taskq.db.engine.on_schema`)."
+        """Where taskq's tables live, applied to every statement this backend runs (on a
+        caller's ``connection=`` too, through :func:`~taskq.db.engine.on_schema`)."""
         self._schema = str(self._translate.get(None) or schema or resolved.schema_name)
         self._channel = notify_channel(self._schema)
         self._stored_cap: dict[str, tuple[float, int | None]] = {}
+        # The one-statement insert needs psycopg's named parameters (any Postgres engine
+        # that taskq builds); another driver takes the Core path.
         self._doc_insert = (
             traits(self.dialect).document_batches and engine.dialect.driver == "psycopg"
         )
@@ -102,12 +113,15 @@ class SqlBackend:
         if held_connections < 0:
             raise ValueError(f"held_connections must be >= 0, got {held_connections}")
         self.held = HeldConnections(self._autocommit, held_connections if self._doc_insert else 0)
-        "The autocommit connections the plain enqueue keeps between calls."
+        """The autocommit connections the plain enqueue keeps between calls."""
         self.copy_min_rows = COPY_MIN_ROWS
-        "Postgres: plain batches (or the plain items of a transactional batch) of at\n        least this many jobs are written with COPY (:meth:`_enqueue_copy`,\n        :meth:`_copy_in_transaction`); smaller ones with the one statement."
+        """Postgres: plain batches (or the plain items of a transactional batch) of at
+        least this many jobs are written with COPY (:meth:`_enqueue_copy`,
+        :meth:`_copy_in_transaction`); smaller ones with the one statement."""
         self._copy_sql: dict[tuple[bool, bool, bool], str] = {}
         self._scheduled_default = True
-        "Whether ``jobs.scheduled_at`` has its default (migration 0002): until a COPY\n        finds it missing, bulk batches that run now leave it to the server."
+        """Whether ``jobs.scheduled_at`` has its default (migration 0002): until a COPY
+        finds it missing, bulk batches that run now leave it to the server."""
 
     def _copy_rows_sql(self, conn: Connection, *, clock: bool, extras: bool, rows: int) -> str:
         """:func:`~taskq.db.queries.copy_rows.copy_rows_sql` for this engine and a COPY of
@@ -207,7 +221,7 @@ class SqlBackend:
                     continue
                 _raise_translated(exc)
             break
-        if retried:
+        if retried:  # the lost attempt may have written any of them: read them all back
             found = self._read_back(requests)
             return [EnqueueOutcome(found[req.job_id]) for req in requests]
         if one:
@@ -264,14 +278,14 @@ class SqlBackend:
                         return _copy_on_driver(
                             conn, cq.copy_clock_sql(conn.dialect), params, copy_sql, batch
                         )
-                    except cq.UnencodableRow:
+                    except cq.UnencodableRow:  # the COPY was aborted and rolled back
                         return None
             except DBAPIError as exc:
                 if exc.connection_invalidated and attempt == 0:
                     self._after_disconnect(batch.size)
                     if copying:
                         return self._insert_again(batch.all())
-                    continue
+                    continue  # nothing was sent: the whole thing again, on a fresh connection
                 _raise_translated(exc)
         raise AssertionError("unreachable: the second attempt returns or raises")
 
@@ -343,14 +357,15 @@ class SqlBackend:
     def _enqueue_on(
         self, conn: Connection, requests: Sequence[EnqueueRequest]
     ) -> list[EnqueueOutcome]:
-        stored: dict[str, int | None] = {}
+        stored: dict[str, int | None] = {}  # each actor's stored cap, read once per batch
         for req in requests:
             if req.actor not in stored:
                 stored[req.actor] = self._stored_max_pending(conn, req.actor)
+        # Per request: items of one actor may carry different per-call caps.
         caps = [req.effective_max_pending(stored[req.actor]) for req in requests]
         outcomes: dict[int, EnqueueOutcome] = {}
         bulk = [i for i, r in enumerate(requests) if r.plain and caps[i] is None]
-        if self._doc_insert:
+        if self._doc_insert:  # COPY or JSON-document statements, NOTIFY included
             plain = [requests[i] for i in bulk]
             copied: list[EnqueueOutcome] | None = None
             if len(plain) >= self.copy_min_rows:
@@ -381,7 +396,7 @@ class SqlBackend:
             if i not in outcomes:
                 outcomes[i] = self._enqueue_one(conn, req, caps[i])
                 notify.add(req.queue)
-        if traits(self.dialect).notify:
+        if traits(self.dialect).notify:  # wake LISTENing workers at commit
             for queue in sorted(notify):
                 conn.execute(notify_enqueued(self._schema, queue))
         return [outcomes[i] for i in range(len(requests))]
@@ -412,7 +427,7 @@ class SqlBackend:
         try:
             cq.check_encodable(requests, now)
         except cq.UnencodableRow:
-            return None
+            return None  # the notifications queued are repeated, and folded, by the statement
         try:
             with driver.cursor() as cursor, cursor.copy(copy_sql) as copy:
                 return list(_write_rows(copy, RequestBatch.of(requests), now))
@@ -501,7 +516,7 @@ class SqlBackend:
                 row = conn.execute(q.get(job_id)).mappings().first()
         return JobRecord.from_mapping(row) if row is not None else None
 
-    def wait_for(self, job_id: UUID, timeout: float | None) -> JobRecord | None:
+    def wait_for(self, job_id: UUID, timeout: float | None) -> JobRecord | None:  # noqa: ASYNC109
         """Poll the row (20 ms doubling to 500 ms) until it is terminal or ``timeout`` passes."""
         deadline = None if timeout is None else time.monotonic() + timeout
         interval = 0.02
@@ -558,7 +573,7 @@ def _driver_error(
     ``DBAPIError(connection_invalidated=True)``; any other driver error is returned
     wrapped in its ``DBAPIError`` subclass."""
     if driver.closed or driver.broken:
-        conn.exec_driver_sql(";")
+        conn.exec_driver_sql(";")  # SQLAlchemy meets the dead connection: raises
     return DBAPIError.instance(sql, params, exc, psycopg.Error, dialect=conn.dialect)
 
 
@@ -596,7 +611,7 @@ def _copy_on_driver(
     """
     driver = _driver_connection(conn)
     cursor = _driver_cursor(conn)
-    sql: str = clock_sql
+    sql: str = clock_sql  # what failed, for the error
     shown: dict[str, Any] | None = params
     try:
         try:
@@ -685,6 +700,7 @@ def _write_bulk(copy: Any, rows: BulkRows, encoder: cq.CopyEncoder) -> None:
         chunk_tails = [tails[t] for t in rows.template_indexes(start, stop)]
         payloads = rows.payloads_json(start, stop)
         data = encoder.encode_bulk(rows.ids[start:stop], payloads, chunk_tails)
+        # the header with the first rows and the trailer with the last: a write fewer each
         copy.write(
             (cq.COPY_HEADER if start == 0 else b"")
             + data
@@ -720,15 +736,15 @@ def _copy_committing(
     """
     cursor = _driver_cursor(conn)
     driver = cursor.connection
-    if not driver.autocommit:
+    if not driver.autocommit:  # a held connection always is: else the COPY would not commit
         raise RuntimeError("_copy_committing needs a connection in autocommit")
-    sql: str = copy_sql
+    sql: str = copy_sql  # what failed, for the error
     shown: dict[str, Any] | None = None
     try:
         with cursor.copy(copy_sql) as copy:
             _write_bulk(copy, rows, cq.CopyEncoder(None, extras=extras))
         sql, shown = (done_sql, {**params, "first": uuid_from_int(rows.ids[0])})
-        cursor.execute(done_sql, shown, prepare=True)
+        cursor.execute(done_sql, shown, prepare=True)  # once per connection
         now, _ = cursor.fetchone()
     except psycopg.Error as exc:
         raise _driver_error(conn, driver, sql, shown, exc) from exc

@@ -22,11 +22,11 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
 from taskq.actor import ActorRef, find_actor
+from taskq.clock import Clock
 from taskq.cron.records import ScheduleRecord, ScheduleRun, schedule_row
 from taskq.cron.schedule import Schedule, bind_schedule, validate_schedule_id
 from taskq.db.queries import cron as q
 from taskq.exceptions import ScheduleExistsError, ScheduleNotFoundError
-from taskq.testing.clock import Clock
 from taskq_sync.db.engine import transaction
 
 if TYPE_CHECKING:

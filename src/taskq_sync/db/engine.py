@@ -77,9 +77,11 @@ def transaction(engine: Engine, *, readonly: bool = False) -> Iterator[Connectio
 
 _TRANSLATE = "schema_translate_map"
 _FROM_ENV = object()
-"The key of the view made with the environment's settings (no ``schema``, no ``settings``)."
+"""The key of the view made with the environment's settings (no ``schema``, no ``settings``)."""
 _BOUND: weakref.WeakKeyDictionary[Engine, dict[object, Engine | None]] = weakref.WeakKeyDictionary()
-"Each engine's schema-bound views by schema, made once (``None``: the engine itself).\n``execution_options`` builds a new engine proxy per call, and callers such as the\nrate-limit primitives key their caches on the engine they are handed."
+"""Each engine's schema-bound views by schema, made once (``None``: the engine itself).
+``execution_options`` builds a new engine proxy per call, and callers such as the
+rate-limit primitives key their caches on the engine they are handed."""
 
 
 def schema_map(

@@ -47,13 +47,13 @@ from taskq_sync.db.engine import transaction
 __all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_COUNT_CAP", "MAX_PAGE_SIZE", "JobOperations"]
 _log = structlog.get_logger("taskq.ops")
 DEFAULT_BATCH_SIZE = 1000
-"Rows per batch of ``cancel_where``, ``retry_where`` and ``purge``."
-DEFAULT_COUNT_CAP = 10000
-"Where ``count`` stops counting unless told otherwise."
+"""Rows per batch of ``cancel_where``, ``retry_where`` and ``purge``."""
+DEFAULT_COUNT_CAP = 10_000
+"""Where ``count`` stops counting unless told otherwise."""
 MAX_PAGE_SIZE = 1000
-"The largest ``limit`` of one ``list`` page."
+"""The largest ``limit`` of one ``list`` page."""
 _CANCEL_PASSES = 3
-"Passes ``cancel_where`` makes over rows a concurrent transaction held (skipped)."
+"""Passes ``cancel_where`` makes over rows a concurrent transaction held (skipped)."""
 Progress = Callable[[int], None]
 
 
@@ -90,6 +90,8 @@ class JobOperations:
                 f"job operations need a SQL backend (PostgresBackend or SqliteBackend), not {type(self.backend).__name__}"
             )
         return cast(Engine, engine)
+
+    # -- reads ----------------------------------------------------------------------
 
     def list(
         self, filter: JobFilter | None = None, *, limit: int = 50, after: str | None = None
@@ -137,6 +139,8 @@ class JobOperations:
             [AttemptDetail(AttemptRecord.from_mapping(a), a["traceback"]) for a in attempts],
         )
 
+    # -- cancel ---------------------------------------------------------------------
+
     def cancel_where(
         self,
         filter: JobFilter,
@@ -172,10 +176,12 @@ class JobOperations:
             if not left:
                 break
             if pass_no + 1 < _CANCEL_PASSES:
-                sleep(0.05 * (pass_no + 1))
+                sleep(0.05 * (pass_no + 1))  # let the holder's transaction end
         result = CancelResult(before, requested, left)
         _log.info("jobs-cancel-where", filter=flt.to_json(), **result.to_json())
         return result
+
+    # -- retry ----------------------------------------------------------------------
 
     def retry(self, job_id: UUID) -> JobRecord:
         """Put a failed, cancelled, crashed or abandoned job back to ``pending`` with a
@@ -226,6 +232,8 @@ class JobOperations:
                 if not rows:
                     break
                 done = _retry_rows(conn, rows)
+            # Retried rows no longer match; the keyset steps past the ones left (blocked
+            # singletons) so no row is read twice.
             after = max([r["id"] for r in rows])
             retried += done.retried
             for status, n in done.by_status.items():
@@ -238,6 +246,8 @@ class JobOperations:
         result = RetryResult(retried, by_status, blocked)
         _log.info("jobs-retry-where", filter=flt.to_json(), **result.to_json())
         return result
+
+    # -- purge ----------------------------------------------------------------------
 
     def purge(
         self,

@@ -47,13 +47,13 @@ class RateLimitInfo:
 
     name: str
     kind: str
-    "``token_bucket`` or ``sliding_window``."
+    """``token_bucket`` or ``sliding_window``."""
     backend: str
     source: str
-    "``registry`` (declared in code) or ``stored`` (rebuilt from ``rate_limit_buckets``)."
+    """``registry`` (declared in code) or ``stored`` (rebuilt from ``rate_limit_buckets``)."""
     state: RateLimitState | None
     error: str | None = None
-    "Why there is no state (Redis unreachable, no Redis URL, ...)."
+    """Why there is no state (Redis unreachable, no Redis URL, ...)."""
 
     def to_json(self) -> dict[str, Any]:
         """The limit and its peek state as a JSON object."""
@@ -156,7 +156,7 @@ class RateLimitsClient:
                 redis_client=self.redis_client, pg_pool=self.engine, settings=self.settings
             )
             error = None
-        except Exception as exc:
+        except Exception as exc:  # one unreadable bucket never hides the others
             state, error = (None, f"{type(exc).__name__}: {exc}")
         return RateLimitInfo(primitive.name, kind, primitive.backend, source, state, error)
 
@@ -181,6 +181,8 @@ class RateLimitsClient:
         row = self._rows.get(name)
         primitive.reset(redis_client=self.redis_client, pg_pool=self.engine, settings=self.settings)
         if row is not None:
+            # A Postgres reset deletes the bucket's row; put its configuration back (state
+            # empty: full) so the bucket stays listed, as it was before the reset.
             _sql.sql_publish(
                 self.engine,
                 name,

@@ -38,10 +38,10 @@ class WorkerInfo:
     last_heartbeat_at: datetime
     stopped_at: datetime | None
     heartbeat_age_s: float
-    "Seconds since the last heartbeat, on the store's clock."
+    """Seconds since the last heartbeat, on the store's clock."""
     running_jobs: int
     leader_of: list[str]
-    "The leader leases this worker holds now (empty: not a leader)."
+    """The leader leases this worker holds now (empty: not a leader)."""
 
     @property
     def leader(self) -> bool:

@@ -108,8 +108,12 @@ def _pg_take(ac: PgAutocommit, take: Any, first: Any, params: dict[str, Any]) ->
     ``take`` updates nothing when there is no row; ``first`` then creates it (and decides),
     unless a concurrent first acquirer won the insert, in which case ``take`` runs again.
     """
-    if ac.engine.dialect.driver != "psycopg":
+    if ac.engine.dialect.driver != "psycopg":  # pragma: no cover - taskq always uses psycopg 3
         return _pg_take_core(ac, take, first, params)
+    # The pool's own connection, used through psycopg directly: SQLAlchemy's Connection
+    # (its autocommit switch on checkout and return, its execution context and result
+    # wrapper, each a greenlet switch in asyncio) cost more than the statement itself.
+    # The pool's checkout hooks (the idle ping) still run.
     fairy = ac.engine.raw_connection()
     driver: Any = fairy.driver_connection
     sql = ""
@@ -126,10 +130,13 @@ def _pg_take(ac: PgAutocommit, take: Any, first: Any, params: dict[str, Any]) ->
                 row = driver.execute(sql, sent).fetchone()
         driver.set_autocommit(False)
     except BaseException as exc:
+        # Whatever went wrong (a dead connection, a cancelled task with a reply unread,
+        # an autocommit switch left on), this connection must not serve anyone else.
         fairy.invalidate()
         if isinstance(exc, psycopg.Error):
             error = DBAPIError.instance(sql, sent, exc, psycopg.Error, dialect=ac.engine.dialect)
-            raise translate_error(error) from exc
+            translated = translate_error(error)
+            raise translated from exc if translated is error else error
         raise
     finally:
         fairy.close()
@@ -176,7 +183,7 @@ def sql_token_bucket(
         )
         if allowed:
             return (True, left, 0.0)
-        return (False, cur, None if rate <= 0 else (count - cur) * 1000000 / rate)
+        return (False, cur, None if rate <= 0 else (count - cur) * 1_000_000 / rate)
     with transaction(engine) as conn:
         tokens, _, updated_at, now_us = _lock_row(
             conn,
@@ -213,7 +220,7 @@ def sql_gcra(
             "p_window_us": window_us,
             "p_step_us": step_us,
             "p_step_rem": step_rem,
-            "p_window_s": window_us / 1000000.0,
+            "p_window_s": window_us / 1e6,
         }
         allowed, value, _ = _pg_take(
             pg_autocommit(pg, engine), q.gcra_take_pg, q.gcra_first_pg, params
@@ -227,8 +234,8 @@ def sql_gcra(
             name,
             kind="gcra",
             capacity=float(limit),
-            refill_per_second=limit * 1000000.0 / window_us,
-            window_s=window_us / 1000000.0,
+            refill_per_second=limit * 1e6 / window_us,
+            window_s=window_us / 1e6,
         )
         result = gcra_step(_gcra_state(rem, tat), now_us, limit=limit, window_us=window_us)
         if result.allowed:
@@ -255,7 +262,7 @@ def sql_log(
             kind="log",
             capacity=float(limit),
             refill_per_second=0.0,
-            window_s=window_us / 1000000.0,
+            window_s=window_us / 1e6,
         )
         now = from_us(now_us)
         cutoff = now - timedelta(microseconds=window_us)

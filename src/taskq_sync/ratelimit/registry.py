@@ -21,6 +21,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID
 
+from taskq.clock import Clock, SystemClock
 from taskq.constants import DEFAULT_RESERVATION_BACKOFF
 from taskq.exceptions import ReservationUnavailable
 from taskq.ratelimit.composition import AcquiredResource, RateLimitHandle, ReservationHandle
@@ -32,7 +33,6 @@ from taskq.ratelimit.refs import (
     lease_seconds,
 )
 from taskq.settings import TaskQSettings
-from taskq.testing.clock import Clock, SystemClock
 from taskq_sync.ratelimit import _sql
 from taskq_sync.ratelimit.reservation import ConcurrencyReservation
 from taskq_sync.ratelimit.sliding_window import SlidingWindow
@@ -49,9 +49,9 @@ __all__ = [
 ]
 _log = logging.getLogger("taskq.ratelimit")
 _KEYED_IDLE_THRESHOLD = timedelta(hours=1)
-"Keyed primitives unused for this long are evicted by the worker sweep."
+"""Keyed primitives unused for this long are evicted by the worker sweep."""
 _OPPORTUNISTIC_EVICT_MIN_INTERVAL = timedelta(seconds=30)
-"At most one eviction scan per this interval on the acquisition path, per kind."
+"""At most one eviction scan per this interval on the acquisition path, per kind."""
 RateLimit = TokenBucket | SlidingWindow
 
 
@@ -74,8 +74,8 @@ class RateLimitRegistry:
     def __init__(
         self,
         *,
-        max_keyed_rate_limits: int = 10000,
-        max_keyed_reservations: int = 10000,
+        max_keyed_rate_limits: int = 10_000,
+        max_keyed_reservations: int = 10_000,
         clock: Clock | None = None,
     ) -> None:
         if max_keyed_rate_limits < 1 or max_keyed_reservations < 1:
@@ -90,6 +90,8 @@ class RateLimitRegistry:
         self._keyed_res: dict[str, float] = {}
         self._last_scan_rl = -math.inf
         self._last_scan_res = -math.inf
+
+    # -- registration -------------------------------------------------------------
 
     def register(self, primitive: TokenBucket | SlidingWindow | ConcurrencyReservation) -> None:
         """Add a primitive under its name; identical re-registration is a no-op.
@@ -170,6 +172,8 @@ class RateLimitRegistry:
             self._keyed_res.clear()
             self._last_scan_rl = self._last_scan_res = -math.inf
 
+    # -- peek / reset -------------------------------------------------------------
+
     def peek(
         self,
         name: str,
@@ -225,6 +229,8 @@ class RateLimitRegistry:
             items = sorted(self._reservations.items())
         return {name: res.held(None if res.clock is not None else pool) for name, res in items}
 
+    # -- non-job acquisition ------------------------------------------------------
+
     @contextmanager
     def acquire(
         self,
@@ -258,6 +264,8 @@ class RateLimitRegistry:
                 redis_client=redis_client, pg_pool=pg_pool, clock=clock, settings=settings
             )
         yield decision
+
+    # -- actor composition --------------------------------------------------------
 
     def acquire_for_actor(
         self,
@@ -354,6 +362,8 @@ class RateLimitRegistry:
             except Exception:
                 _log.warning("ratelimit.rollback_failed resource=%s", handle.name, exc_info=True)
 
+    # -- keyed refs ---------------------------------------------------------------
+
     def _resolve_rate_limit_name(
         self,
         entry: object,
@@ -391,13 +401,13 @@ class RateLimitRegistry:
         self, ref: KeyedRateLimitRef[Any], name: str
     ) -> tuple[TokenBucket | SlidingWindow, bool]:
         candidate = TokenBucket(name, ref.capacity, ref.refill_per_second, backend=ref.backend)
-        candidate.metrics_name = ref.base_name
+        candidate.metrics_name = ref.base_name  # one metric series per keyed ref, not per key
         now = self._clock.monotonic()
         with self._lock:
             existing = self._rate_limits.get(name)
             if existing is not None:
                 if name not in self._keyed_rl:
-                    return (existing, False)
+                    return (existing, False)  # registered statically: reused as is
                 if existing.config != candidate.config:
                     raise ValueError(
                         f"keyed rate limit {name!r} collides with {existing!r} of a different config"
@@ -455,7 +465,7 @@ class RateLimitRegistry:
             existing = self._reservations.get(name)
             if existing is not None:
                 if name not in self._keyed_res:
-                    return (existing, False)
+                    return (existing, False)  # registered statically: reused as is
                 if existing.slots != ref.slots or existing.lease != lease:
                     raise ValueError(
                         f"keyed reservation {name!r} collides with {existing!r} of a different config"
@@ -474,6 +484,8 @@ class RateLimitRegistry:
             self._reservations[name] = res
             self._keyed_res[name] = now
             return (res, True)
+
+    # -- eviction -----------------------------------------------------------------
 
     def _evict_locked(
         self, tracked: dict[str, float], table: dict[str, Any], idle_for: timedelta, now: float
@@ -524,4 +536,4 @@ def _evictable(primitive: object) -> bool:
 
 
 registry = RateLimitRegistry()
-"The process-wide default registry (tests should build their own)."
+"""The process-wide default registry (tests should build their own)."""

@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
+from taskq.clock import Clock
 from taskq.constants import DEFAULT_RESERVATION_BACKOFF, SCHEMA_NAME_RE, validate_name
 from taskq.db.dialect import schema_translate_map
 from taskq.db.queries import ratelimit as q
@@ -25,7 +26,6 @@ from taskq.ratelimit._algorithms import from_us, to_us, us_to_timedelta
 from taskq.ratelimit._memory import MemoryReservation
 from taskq.ratelimit.decision import HeldSlot, SyncResult
 from taskq.ratelimit.refs import lease_seconds
-from taskq.testing.clock import Clock
 from taskq_sync.db.engine import transaction
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ class ConcurrencyReservation:
         worker = _uuid(worker_id, "worker_id")
         if pool is None:
             index, wait_us = self._memory.acquire(
-                self._clock_us(), round(self.lease_s * 1000000.0), job, worker
+                self._clock_us(), round(self.lease_s * 1e6), job, worker
             )
             if index is None:
                 raise ReservationUnavailable(self.name, us_to_timedelta(wait_us))
@@ -132,6 +132,7 @@ class ConcurrencyReservation:
                     index = self._claim(conn, job, worker)
                     if index is not None:
                         return index
+            # Free rows skipped only because a concurrent claim had them locked: look again.
             if not free:
                 break
         wait = DEFAULT_RESERVATION_BACKOFF if soonest is None else max(timedelta(0), soonest - now)
@@ -158,7 +159,7 @@ class ConcurrencyReservation:
         """
         worker = _uuid(worker_id, "worker_id")
         if pool is None:
-            self._clock_us()
+            self._clock_us()  # raises for a store-backed reservation: pass pool=
             self._memory.release(slot_index, worker)
             return
         with transaction(_bind(pool, self.schema)) as conn:
@@ -169,7 +170,7 @@ class ConcurrencyReservation:
         worker = _uuid(worker_id, "worker_id")
         if pool is None:
             return self._memory.renew(
-                slot_index, worker, self._clock_us(), round(self.lease_s * 1000000.0)
+                slot_index, worker, self._clock_us(), round(self.lease_s * 1e6)
             )
         with transaction(_bind(pool, self.schema)) as conn:
             result = conn.execute(

@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from taskq._ids import new_request_id
+from taskq.clock import Clock
 from taskq.constants import validate_name
 from taskq.ratelimit._algorithms import gcra_step, log_decide, redis_ttl_seconds, to_us
 from taskq.ratelimit._common import (
@@ -31,7 +32,6 @@ from taskq.ratelimit.decision import RateLimitDecision, RateLimitState, SlidingW
 from taskq.ratelimit.refs import validate_backend
 from taskq.settings import TaskQSettings
 from taskq.telemetry import record_decision
-from taskq.testing.clock import Clock
 from taskq_sync.db.engine import with_schema
 from taskq_sync.ratelimit import _redis_utils as rru
 from taskq_sync.ratelimit import _sql
@@ -58,7 +58,7 @@ class SlidingWindow:
     ) -> None:
         self.name = validate_name(name, kind="rate limit")
         self.metrics_name = self.name
-        "The ``bucket`` its decisions are counted under."
+        """The ``bucket`` its decisions are counted under."""
         if isinstance(limit, bool) or not isinstance(limit, int):
             raise TypeError(f"limit must be an int, got {type(limit).__name__}")
         if limit < 1:
@@ -81,6 +81,8 @@ class SlidingWindow:
         self._gcra = MemoryGcra()
         self._log = MemoryLog()
         self._script = LOG if style == "log" else GCRA
+        # The script's key and configuration (limit, window_us, ttl_s), encoded once for
+        # the acquire hot path. See _lua.GCRA and _lua.LOG.
         self._redis_args = (
             self.redis_key.encode(),
             str(self.limit).encode(),
@@ -144,7 +146,7 @@ class SlidingWindow:
         machinery runs only when Redis raised. Counted in ``taskq.ratelimit.decisions``
         under :attr:`metrics_name` (:mod:`taskq.telemetry`).
         """
-        if self.backend == "memory":
+        if self.backend == "memory":  # no I/O: not one more coroutine per acquire
             taken = self._take_memory(clock)
         else:
             taken = self._take_stored(redis_client, pg_pool, settings)

@@ -237,14 +237,14 @@ async def test_postgres_acquire_errors_and_dead_connections(
 ) -> None:
     """The one-statement Postgres acquire runs on the pool's psycopg connection directly:
     a missing table still says "run migrate", a connection killed under the pool fails
-    one acquire (as a SQLAlchemy ``DBAPIError``) and is replaced, and a connection goes
-    back to the pool with autocommit off."""
+    one acquire (as taskq's ``StoreUnavailable``, chained to SQLAlchemy's ``DBAPIError``)
+    and is replaced, and a connection goes back to the pool with autocommit off."""
     from sqlalchemy.exc import DBAPIError
 
     import taskq.ratelimit as arl
     import taskq_sync.ratelimit as srl
     from taskq.db.engine import make_engine as make_async
-    from taskq.exceptions import SchemaNotReady
+    from taskq.exceptions import SchemaNotReady, StoreUnavailable
     from taskq_sync.db.engine import make_engine as make_sync
 
     rl = arl if flavour == "async" else srl
@@ -269,8 +269,9 @@ async def test_postgres_acquire_errors_and_dead_connections(
                 )
             )
         await call(killer.dispose())
-        with pytest.raises(DBAPIError):
+        with pytest.raises(StoreUnavailable) as caught:
             await call(tb.acquire(pg_pool=engine))
+        assert isinstance(caught.value.__cause__, DBAPIError)
         assert (await call(tb.acquire(pg_pool=engine))).remaining == 3
     finally:
         await call(engine.dispose())

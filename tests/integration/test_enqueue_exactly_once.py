@@ -1,5 +1,6 @@
-"""The one-statement plain enqueue on Postgres: what it returns, whom it wakes, how it
-survives a dead pooled connection (async and sync clients)."""
+"""An enqueue writes exactly one job and returns what it wrote, even across a dead pooled
+connection: the one-statement plain enqueue on Postgres, what it returns, whom it wakes,
+how it survives a dead connection (async and sync clients)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from taskq.backends import sql as sql_backend
 from taskq.db import dialect
 from taskq.db.queries.dispatch import notify_channel
 from taskq.db.tables import jobs
+from taskq.exceptions import StoreUnavailable
 from taskq.records import EnqueueArgs
 from taskq.settings import TaskQSettings
 from tests.support.pg import count_jobs, kill_other_backends, libpq, refusing
@@ -160,7 +162,7 @@ async def test_retry_after_a_lost_reply_writes_no_duplicate(
             assert handle.was_existing is False
 
 
-async def test_a_second_failure_is_raised(
+async def test_a_second_failure_is_raised_as_store_unavailable(
     pg_url: URL, settings: TaskQSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def always_lost(conn: AsyncConnection, sql: str, params: Any) -> Any:
@@ -168,8 +170,9 @@ async def test_a_second_failure_is_raised(
 
     monkeypatch.setattr(sql_backend, "_execute_on_driver", always_lost)
     async with TaskQ(pg_url, settings=settings) as tq:
-        with pytest.raises(DBAPIError):
+        with pytest.raises(StoreUnavailable) as caught:
             await tq.jobs.enqueue(fast_plain, Ping(n=1))
+    assert isinstance(caught.value.__cause__, DBAPIError)
 
 
 async def test_a_driver_error_is_a_dbapi_error_and_writes_nothing(

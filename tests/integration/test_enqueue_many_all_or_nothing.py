@@ -1,4 +1,5 @@
-"""The COPY path of a large plain ``enqueue_many`` on Postgres (``SqlBackend._enqueue_copy``).
+"""A large ``enqueue_many`` is all or nothing and writes each job once: the COPY path of a
+large plain batch on Postgres (``SqlBackend._enqueue_copy``).
 
 What it must keep from the one-statement path it replaces: records equal to a re-read of
 the rows (timestamps from the server's clock, delays rounded as ``make_interval`` rounds),

@@ -21,7 +21,7 @@ from taskq import TaskQ, actor
 from taskq.db.queries import copy_rows as cq
 from taskq.records import EnqueueArgs
 from taskq.settings import TaskQSettings
-from tests.integration.test_producer_bulk_copy import _stored
+from tests.integration.test_enqueue_many_pairs_store_the_same_jobs import _stored
 from tests.support.pg import count_jobs
 
 pytestmark = pytest.mark.integration
