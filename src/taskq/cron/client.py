@@ -20,12 +20,12 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from taskq.actor import ActorRef, find_actor
+from taskq.clock import Clock
 from taskq.cron.records import ScheduleRecord, ScheduleRun, schedule_row
 from taskq.cron.schedule import Schedule, bind_schedule, validate_schedule_id
 from taskq.db.engine import transaction
 from taskq.db.queries import cron as q
 from taskq.exceptions import ScheduleExistsError, ScheduleNotFoundError
-from taskq.clock import Clock
 
 if TYPE_CHECKING:
     from taskq.client import JobsClient

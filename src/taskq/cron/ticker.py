@@ -31,6 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from taskq.actor import ActorRef
 from taskq.client import JobsClient
+from taskq.clock import Clock
 from taskq.cron.missed import plan_ticks
 from taskq.cron.records import ScheduleRecord
 from taskq.cron.schedule import Schedule
@@ -45,7 +46,6 @@ from taskq.exceptions import (
     TaskQError,
 )
 from taskq.records import EnqueueArgs
-from taskq.clock import Clock
 
 __all__ = ["POLL_S", "Ticker", "refusal_reason"]
 
