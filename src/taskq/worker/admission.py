@@ -29,10 +29,12 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from uuid import UUID
 
 from taskq.actor import ActorRef
 from taskq.constants import DEFAULT_RESERVATION_BACKOFF
-from taskq.ratelimit.composition import RateLimitHandle
+from taskq.exceptions import ReservationUnavailable
+from taskq.ratelimit.composition import AcquiredResource, RateLimitHandle, ReservationHandle
 from taskq.ratelimit.decision import RateLimitDecision
 
 __all__ = ["Admission", "Prepaid", "RateGate", "SlotGate"]
@@ -159,18 +161,24 @@ class SlotGate:
 
 @dataclass(slots=True)
 class Prepaid:
-    """Tokens taken for one actor before a claim: ``units[gate]`` holds one decision per
-    token (a token bucket's multi-token decision repeated), ``granted`` how many jobs
-    they pay for."""
+    """What was taken for one actor before a claim: ``units[gate]`` holds one decision per
+    token (a token bucket's multi-token decision repeated), ``slots[reservation]`` the
+    slot indexes taken (not yet tied to a job), ``granted`` how many jobs they pay for."""
 
     actor: str
     granted: int
     units: dict[str, list[RateLimitDecision]] = field(default_factory=dict)
     gates: dict[str, RateGate] = field(default_factory=dict)
+    slots: dict[str, list[int]] = field(default_factory=dict)
+    slot_gates: dict[str, SlotGate] = field(default_factory=dict)
 
-    def take_one(self) -> list[RateLimitHandle]:
+    def take_one(self, job_id: UUID, worker_id: UUID) -> list[AcquiredResource]:
         """The handles paying for one claimed job (removed from the pool)."""
-        out: list[RateLimitHandle] = []
+        out: list[AcquiredResource] = []
+        for name, indexes in self.slots.items():
+            if indexes:
+                res = self.slot_gates[name].reservation
+                out.append(ReservationHandle(name, res, indexes.pop(), job_id, worker_id))
         for name, units in self.units.items():
             if units:
                 decision = units.pop()
@@ -188,6 +196,8 @@ class _ActorGates:
 
 Refund = Callable[[Any, RateLimitDecision, float], Any]
 Acquire = Callable[[Any, float], Any]
+TakeSlot = Callable[[Any], Any]
+GiveSlot = Callable[[Any, int], Any]
 
 
 class Admission:
@@ -202,6 +212,8 @@ class Admission:
         *,
         acquire: Acquire,
         refund: Refund,
+        take_slot: TakeSlot,
+        give_slot: GiveSlot,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         from taskq.ratelimit import (
@@ -213,6 +225,8 @@ class Admission:
         self._clock = clock
         self._acquire = acquire
         self._refund = refund
+        self._take_slot = take_slot
+        self._give_slot = give_slot
         now = clock()
         self.rate_gates: dict[str, RateGate] = {}
         self.slot_gates: dict[str, SlotGate] = {}
@@ -240,6 +254,8 @@ class Admission:
                     slots.append(self._slot_gate(res))
             if rate or slots or keyed:
                 self.actors[name] = _ActorGates(rate, slots, keyed)
+        self.static_slots = frozenset(g.name for a in self.actors.values() for g in a.slots)
+        """Reservations taken before the claim: no job is ever parked on them."""
         self.queue_gates: dict[str, SlotGate] = {
             queue: self._slot_gate(res) for queue, res in queue_caps.items()
         }
@@ -279,31 +295,51 @@ class Admission:
         """Reservations and caps a denial marked full: the dispatcher looks them up."""
         return [name for name, gate in self.slot_gates.items() if gate.waiting]
 
-    def next_change(self, batch: int = 1) -> float | None:
-        """The soonest monotonic time a blocked static gate may admit again: when a rate
-        gate holds ``batch`` tokens (at most half its capacity, at least one: fewer,
-        larger claims at high rates), or a full reservation's fallback time."""
+    def next_change(self, batch: int = 1, skip: Iterable[str] = ()) -> float | None:
+        """The soonest monotonic time a throttled actor (not in ``skip``) may be claimed
+        again: every gate of it open, a rate gate holding ``batch`` tokens (at most half
+        its capacity, at least one: fewer, larger claims at high rates). A gate whose
+        slots this worker holds opens on its release, not at a time."""
         now = self._clock()
-        times = []
-        for gate in self.rate_gates.values():
-            want = max(1.0, min(float(batch), math.floor(gate.capacity / 2)))
-            if gate.available(now) + _EPS < want:
-                times.append(gate.ready_at(want, now))
-        times += [gate.blocked_until for gate in self.slot_gates.values() if gate.waiting]
-        return min(times) if times else None
+        skipped = set(skip)
+        times: list[float] = []
+        for actor, gates in self.actors.items():
+            if actor in skipped or not (gates.rate or gates.slots):
+                continue
+            at = now
+            for gate in gates.rate:
+                want = max(1.0, min(float(batch), math.floor(gate.capacity / 2)))
+                at = max(at, gate.ready_at(want, now))
+            for slot in gates.slots:
+                if slot.available(now) < 1:
+                    at = max(at, slot.blocked_until if slot.waiting else math.inf)
+            times.append(at)
+        times += [gate.blocked_until for gate in self.queue_gates.values() if gate.waiting]
+        finite = [t for t in times if t < math.inf]
+        return min(finite) if finite else None
 
     # -- paying before the claim ------------------------------------------------------
 
     async def prepay(self, actor: str, want: int) -> Prepaid:
-        """Take up to ``want`` tokens from each static rate limit of ``actor``.
+        """Take, for up to ``want`` jobs of ``actor``, a slot of each static reservation
+        and then a token of each static rate limit.
 
-        Every gate grants what the store allows; what a later gate refuses is refunded to
-        the earlier ones, so all gates end up paying for the same ``granted`` jobs.
+        Slots come first (giving one back is exact; a token refund is a no-op on the SQL
+        backend). Each primitive grants what the store allows; what a later one refuses
+        is given back to the earlier ones, so all end up paying for the same
+        ``granted`` jobs.
         """
         paid = Prepaid(actor, want)
         gates = self.actors.get(actor)
-        if gates is None or not gates.rate or want <= 0:
+        if gates is None or want <= 0:
             return paid
+        for slot in gates.slots:
+            if paid.granted <= 0:
+                break
+            indexes = await self._take_slots(slot, paid.granted)
+            paid.slot_gates[slot.name] = slot
+            paid.slots[slot.name] = indexes
+            paid.granted = min(paid.granted, len(indexes))
         for gate in gates.rate:
             if paid.granted <= 0:
                 break
@@ -313,6 +349,17 @@ class Admission:
             paid.granted = min(paid.granted, len(units))
         await self._trim(paid)
         return paid
+
+    async def _take_slots(self, gate: SlotGate, want: int) -> list[int]:
+        taken: list[int] = []
+        for _ in range(min(want, gate.available(self._clock()))):
+            try:
+                taken.append(await self._take_slot(gate.reservation))
+            except ReservationUnavailable as exc:
+                gate.denied(exc.retry_after.total_seconds(), self._clock())
+                break
+            gate.held += 1
+        return taken
 
     async def _take(self, gate: RateGate, want: int) -> list[RateLimitDecision]:
         now = self._clock()
@@ -335,21 +382,39 @@ class Admission:
         return units
 
     async def _trim(self, paid: Prepaid) -> None:
-        """Refund every unit beyond ``granted`` (a later gate refused them)."""
+        """Give back every slot and token beyond ``granted`` (refused by a later gate, or
+        not used by the claim)."""
+        keep = max(0, paid.granted)
+        for name, indexes in paid.slots.items():
+            extra = indexes[keep:]
+            del indexes[keep:]
+            await self._give_slots(paid.slot_gates[name], extra)
         for name, units in paid.units.items():
-            extra = units[paid.granted :]
-            del units[paid.granted :]
-            await self._give_back(paid.gates[name], extra)
+            extra_units = units[keep:]
+            del units[keep:]
+            await self._give_back(paid.gates[name], extra_units)
+
+    async def _give_slots(self, gate: SlotGate, indexes: list[int]) -> None:
+        for index in indexes:
+            await self._give_slot(gate.reservation, index)
+            gate.held = max(0, gate.held - 1)
+            gate.released()
 
     async def settle(self, paid: Prepaid) -> None:
-        """Refund the tokens of jobs the claim did not find (the backlog ran short)."""
-        if paid.granted > 0 and paid.units:
+        """Give back what jobs the claim did not find would have used (the backlog ran
+        short)."""
+        if paid.granted > 0:
             paid.granted = 0
             await self._trim(paid)
 
-    async def refund(self, handles: Iterable[RateLimitHandle]) -> None:
-        """Give back the prepaid tokens of a job that was parked instead of run."""
+    async def refund(self, handles: Iterable[AcquiredResource]) -> None:
+        """Give back what was taken before the claim for a job parked instead of run."""
         for handle in handles:
+            if isinstance(handle, ReservationHandle):
+                slot = self.slot_gates.get(handle.name)
+                if slot is not None:
+                    await self._give_slots(slot, [handle.slot_index])
+                continue
             gate = self.rate_gates.get(handle.name)
             if gate is not None:
                 await self._give_back(gate, [handle.decision])

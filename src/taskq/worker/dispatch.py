@@ -235,9 +235,17 @@ class Dispatcher:
                     stmt = self._stmt(queues, actors, min(limit, left), skip)
                     result = await conn.execute(stmt, params)
                     rows.extend(dict(r) for r in result.mappings())
+                if plan is not None and plan.paid and self.gate is not None:
+                    await self.gate.assign(conn, plan, rows)
+        except BaseException:
+            if self.gate is not None:
+                # The claim rolled back: nothing taken for its rows was used.
+                await self.gate.drop(rows)
+            rows.clear()
+            raise
         finally:
             if plan is not None and self.gate is not None:
-                await self.gate.settle(plan, rows)
+                await self.gate.settle(plan)
         return rows
 
     async def run(self) -> None:
@@ -276,6 +284,8 @@ class Dispatcher:
             backoff = 0.05
             if not self.claiming:
                 # Shutdown began during the claim: run nothing, hand the rows back.
+                if self.gate is not None:
+                    await self.gate.drop(rows)
                 for row in rows:
                     self._start(row, start=False)
                 break

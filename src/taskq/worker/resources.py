@@ -34,7 +34,8 @@ from taskq.testing.clock import SystemClock
 from taskq.worker.state import RunningJob
 
 if TYPE_CHECKING:
-    from taskq.ratelimit import ConcurrencyReservation, RateLimitHandle
+    from taskq.ratelimit import ConcurrencyReservation
+    from taskq.ratelimit.composition import AcquiredResource
 
 __all__ = ["Dependencies", "Limits", "SlotHold", "resolve_rate_limit_registry"]
 
@@ -208,6 +209,9 @@ class Limits:
         self._slots: dict[UUID, list[SlotHold]] = {}
         self.on_release: Callable[[list[str]], None] | None = None
         """Told the names of the slots this worker released (the dispatcher's gates)."""
+        self.never_parked: frozenset[str] = frozenset()
+        """Reservations taken before the claim (no job waits parked on them: a release
+        has nobody to wake)."""
 
     def prepare(self, actors: Iterable[ActorRef[Any, Any]]) -> None:
         """Pick the registry, register actor-declared primitives, check referenced names.
@@ -319,14 +323,15 @@ class Limits:
         job: RunningJob,
         payload: Any,
         *,
-        prepaid: Sequence[RateLimitHandle] = (),
+        prepaid: Sequence[AcquiredResource] = (),
         rate_limits: Sequence[Any] | None = None,
+        reservations: Sequence[Any] | None = None,
     ) -> _Acquired:
         """Queue cap slot first, then the actor's reservations and rate limits, in order.
 
-        ``prepaid``: rate-limit tokens the dispatcher took for this job before claiming it
-        (see :mod:`taskq.worker.admission`); ``rate_limits`` then lists what is left to
-        take per job (the keyed refs). Raises ``ReservationUnavailable`` (after releasing
+        ``prepaid``: slots and tokens the dispatcher took for this job before claiming it
+        (see :mod:`taskq.worker.admission`); ``rate_limits`` and ``reservations`` then
+        list what is left to take per job (the keyed refs). Raises ``ReservationUnavailable`` (after releasing
         what it took, prepaid tokens excepted) when one is denied. The slots taken are
         recorded for the heartbeat (:meth:`held_slots`) until released.
         """
@@ -338,8 +343,13 @@ class Limits:
             taken.caps.append((cap, await cap.acquire(job.id, self._worker_id, pool=self._engine)))
         ref = job.ref
         entries = ref.rate_limits if rate_limits is None else rate_limits
-        if (entries or ref.reservations) and self.registry is not None:
-            actor = ref if rate_limits is None else _Declared(ref.name, ref.reservations, entries)
+        slots = ref.reservations if reservations is None else reservations
+        if (entries or slots) and self.registry is not None:
+            actor = (
+                ref
+                if rate_limits is None and reservations is None
+                else _Declared(ref.name, slots, entries)
+            )
             try:
                 taken.resources = await self.registry.acquire_for_actor(
                     actor,
@@ -388,7 +398,9 @@ class Limits:
         if freed:
             if self.on_release is not None:
                 self.on_release(freed)
-            await self.wake(freed)
+            parked_on = [name for name in freed if name not in self.never_parked]
+            if parked_on:
+                await self.wake(parked_on)
 
     async def wake(self, names: Sequence[str]) -> None:
         """Make one parked job per released slot of ``names`` claimable at once.
@@ -413,6 +425,21 @@ class Limits:
                         await conn.execute(dq.notify_enqueued(self._settings.schema_name, queue))
         except (DBAPIError, SQLAlchemyError, OSError) as exc:
             _log.warning("worker-wake-failed", reservations=sorted(counts), error=str(exc))
+
+    async def take_slot(self, reservation: Any) -> int:
+        """A slot of ``reservation`` for a job not claimed yet (the dispatcher ties it to
+        the job in the claim's transaction); ``ReservationUnavailable`` when all are held."""
+        pool = None if reservation.clock is not None else self._engine
+        index: int = await reservation.acquire(None, self._worker_id, pool)
+        return index
+
+    async def give_slot(self, reservation: Any, index: int) -> None:
+        """Give back a slot :meth:`take_slot` took and no job used."""
+        pool = None if reservation.clock is not None else self._engine
+        try:
+            await reservation.release(index, self._worker_id, pool)
+        except (DBAPIError, SQLAlchemyError, OSError) as exc:
+            _log.warning("worker-slot-release-failed", reservation=reservation.name, error=str(exc))
 
     async def acquire_rate(self, primitive: Any, count: float) -> Any:
         """One acquire of ``count`` tokens (one request for a sliding window) of

@@ -27,7 +27,7 @@ from uuid import UUID
 
 import structlog
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from taskq.actor import ActorRef
 from taskq.db.engine import transaction
@@ -89,7 +89,10 @@ class Gatekeeper:
             limits.queue_caps,
             acquire=limits.acquire_rate,
             refund=limits.refund_rate,
+            take_slot=limits.take_slot,
+            give_slot=limits.give_slot,
         )
+        limits.never_parked = self.admission.static_slots
         self._keyed_rates = {
             name: [e for e in ref.rate_limits if isinstance(e, KeyedRateLimitRef)]
             for name, ref in actors.items()
@@ -102,6 +105,8 @@ class Gatekeeper:
         self._dry: set[str] = set()
         self._slots_read = -math.inf
         self._park = dq.park_jobs(self._dialect)
+        self._attach = dq.attach_slots()
+        self._closed = False
         self.parked_total = 0
 
     # -- before the claim -------------------------------------------------------------
@@ -117,6 +122,7 @@ class Gatekeeper:
         plan = Plan()
         plan.room = {q: adm.queue_allowance(q) for q in self._queues}
         plan.queues = tuple(q for q in self._queues if plan.room[q] >= 1)
+        self._closed = not plan.queues
         if not plan.queues:
             return plan
         left = free
@@ -162,24 +168,56 @@ class Gatekeeper:
             return
         self.admission.seen_free(name for name, free in rows if free and int(free) > 0)
 
-    async def settle(self, plan: Plan, rows: Sequence[dict[str, Any]]) -> None:
-        """Give each claimed job of a planned actor its prepaid tokens; refund the rest."""
+    async def assign(
+        self, conn: AsyncConnection, plan: Plan, rows: Sequence[dict[str, Any]]
+    ) -> None:
+        """Give each claimed job of a planned actor what was taken for it, and tie its
+        reservation slots to it, in the claim's own transaction (a slot row then names
+        its job from the moment the job is ``running``)."""
+        from taskq.ratelimit import ReservationHandle
+
+        attach: list[dict[str, Any]] = []
         for row in rows:
             paid = plan.paid.get(row["actor"])
-            if paid is not None and paid.granted > 0:
-                row["_prepaid"] = paid.take_one()
+            if paid is None or paid.granted <= 0:
+                continue
+            handles = paid.take_one(row["id"], self._worker_id)
+            row["_prepaid"] = handles
+            attach += [
+                {
+                    "b_name": h.name,
+                    "b_slot": h.slot_index,
+                    "b_job": row["id"],
+                    "b_worker": self._worker_id,
+                }
+                for h in handles
+                if isinstance(h, ReservationHandle) and h.primitive.clock is None
+            ]
+        if attach:
+            await conn.execute(self._attach, attach)
+
+    async def settle(self, plan: Plan) -> None:
+        """Give back what was taken for jobs the claim did not find."""
         for actor, paid in plan.paid.items():
             if paid.granted > 0:
                 self._dry.add(actor)  # the backlog ran short: look before paying again
                 await self.admission.settle(paid)
 
+    async def drop(self, rows: Sequence[dict[str, Any]]) -> None:
+        """Give back what was taken for claimed jobs that will not start (shutdown)."""
+        for row in rows:
+            await self.admission.refund(row.pop("_prepaid", []))
+
     def wait_s(self, poll_s: float, free: int) -> float:
         """How long the claim loop may sleep: the poll, or less when a gate opens sooner
-        (with room for ``free`` jobs)."""
-        nxt = self.admission.next_change(free)
+        (with room for ``free`` jobs). Actors whose backlog ran dry wait for the poll
+        or a NOTIFY."""
+        if self._closed:
+            return poll_s
+        nxt = self.admission.next_change(free, self._dry)
         if nxt is None:
             return poll_s
-        return max(0.001, min(poll_s, nxt - time.monotonic()))
+        return max(0.002, min(poll_s, nxt - time.monotonic()))
 
     # -- after the claim --------------------------------------------------------------
 
@@ -237,7 +275,11 @@ class Gatekeeper:
             return _Park(job, name, max(0.0, until - time.monotonic()) + _PARK_MARGIN_S)
         try:
             taken = await self.limits.acquire(
-                job, row["payload"], prepaid=prepaid, rate_limits=self._keyed_rates[ref.name]
+                job,
+                row["payload"],
+                prepaid=prepaid,
+                rate_limits=self._keyed_rates[ref.name],
+                reservations=self._keyed_slots[ref.name],
             )
         except ReservationUnavailable as exc:
             await adm.refund(prepaid)
@@ -262,7 +304,7 @@ class Gatekeeper:
         for cap, _slot in taken.caps:
             adm.took_slot(cap.name)
         for handle in taken.resources:
-            if isinstance(handle, ReservationHandle):
+            if isinstance(handle, ReservationHandle) and handle.name not in adm.static_slots:
                 adm.took_slot(handle.name)
         adm.observe(taken.resources)
         self._taken[job.id] = taken

@@ -40,6 +40,7 @@ from taskq.db.tables import actor_config, job_attempts, jobs, queues, reservatio
 __all__ = [
     "CLAIM_COLUMNS",
     "NOTIFY_CHANNEL_PREFIX",
+    "attach_slots",
     "capped_actor_config",
     "claim_jobs",
     "finish_jobs",
@@ -327,6 +328,21 @@ def free_slots(dialect_name: str, names: tuple[str, ...]) -> Select[Any]:
     free = or_(s.worker_id.is_(None), s.lease_expires_at <= now(dialect_name))
     return (
         select(s.name, func.sum(case((free, 1), else_=0))).where(s.name.in_(names)).group_by(s.name)
+    )
+
+
+def attach_slots(worker_id_param: str = "b_worker") -> Update:
+    """Tie slots the worker took before a claim to the jobs it claimed (executemany:
+    ``b_name``, ``b_slot``, ``b_job``; fenced on the holder ``b_worker``)."""
+    s = reservation_slots.c
+    return (
+        update(reservation_slots)
+        .where(
+            s.name == bindparam("b_name", type_=s.name.type),
+            s.slot_index == bindparam("b_slot", type_=s.slot_index.type),
+            s.worker_id == bindparam(worker_id_param, type_=s.worker_id.type),
+        )
+        .values(job_id=bindparam("b_job", type_=s.job_id.type))
     )
 
 
