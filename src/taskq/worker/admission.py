@@ -171,6 +171,9 @@ class Prepaid:
     gates: dict[str, RateGate] = field(default_factory=dict)
     slots: dict[str, list[int]] = field(default_factory=dict)
     slot_gates: dict[str, SlotGate] = field(default_factory=dict)
+    deferred: list[SlotGate] = field(default_factory=list)
+    """Slot gates whose slots are taken inside the claim's transaction
+    (:meth:`Admission.take_in_claim`), not before it."""
 
     def take_one(self, job_id: UUID, worker_id: UUID) -> list[AcquiredResource]:
         """The handles paying for one claimed job (removed from the pool)."""
@@ -214,6 +217,7 @@ class Admission:
         refund: Refund,
         take_slot: TakeSlot,
         give_slot: GiveSlot,
+        in_claim: Callable[[Any], bool] = lambda reservation: False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         from taskq.ratelimit import (
@@ -227,6 +231,7 @@ class Admission:
         self._refund = refund
         self._take_slot = take_slot
         self._give_slot = give_slot
+        self._in_claim_reservation = in_claim
         now = clock()
         self.rate_gates: dict[str, RateGate] = {}
         self.slot_gates: dict[str, SlotGate] = {}
@@ -333,25 +338,55 @@ class Admission:
         gates = self.actors.get(actor)
         if gates is None or want <= 0:
             return paid
-        for slot in gates.slots:
-            if paid.granted <= 0:
-                break
-            indexes = await self._take_slots(slot, paid.granted)
-            paid.slot_gates[slot.name] = slot
-            paid.slots[slot.name] = indexes
-            paid.granted = min(paid.granted, len(indexes))
-        for gate in gates.rate:
-            if paid.granted <= 0:
-                break
-            units = await self._take(gate, paid.granted)
-            paid.gates[gate.name] = gate
-            paid.units[gate.name] = units
-            paid.granted = min(paid.granted, len(units))
+        try:
+            for slot in gates.slots:
+                if paid.granted <= 0:
+                    break
+                paid.slot_gates[slot.name] = slot
+                paid.slots[slot.name] = []
+                if self._in_claim(slot):
+                    paid.deferred.append(slot)
+                    paid.granted = min(paid.granted, slot.available(self._clock()))
+                    continue
+                await self._take_slots(slot, paid.granted, paid.slots[slot.name])
+                paid.granted = min(paid.granted, len(paid.slots[slot.name]))
+            for gate in gates.rate:
+                if paid.granted <= 0:
+                    break
+                units = await self._take(gate, paid.granted)
+                paid.gates[gate.name] = gate
+                paid.units[gate.name] = units
+                paid.granted = min(paid.granted, len(units))
+        except BaseException:
+            # A store failed part-way: give back what was taken, then let the caller know.
+            paid.granted = 0
+            await self._trim(paid)
+            raise
         await self._trim(paid)
         return paid
 
-    async def _take_slots(self, gate: SlotGate, want: int) -> list[int]:
-        taken: list[int] = []
+    def _in_claim(self, gate: SlotGate) -> bool:
+        return bool(self._in_claim_reservation(gate.reservation))
+
+    async def take_in_claim(self, paid: Prepaid, take: Callable[[Any], Any]) -> int:
+        """Take the deferred slots of ``paid`` with ``take`` (one slot per call, ``None``
+        when none is free: a statement of the claim's transaction). Returns how many jobs
+        may now be claimed; a reservation found full is marked so (until a release, or
+        one lease at the latest)."""
+        for gate in paid.deferred:
+            indexes = paid.slots[gate.name]
+            while len(indexes) < paid.granted:
+                index = await take(gate.reservation)
+                if index is None:
+                    gate.denied(float(gate.reservation.lease_s), self._clock())
+                    break
+                indexes.append(index)
+                gate.held += 1
+            paid.granted = min(paid.granted, len(indexes))
+        paid.deferred = []
+        return paid.granted
+
+    async def _take_slots(self, gate: SlotGate, want: int, taken: list[int]) -> None:
         for _ in range(min(want, gate.available(self._clock()))):
             try:
                 taken.append(await self._take_slot(gate.reservation))
@@ -359,7 +394,6 @@ class Admission:
                 gate.denied(exc.retry_after.total_seconds(), self._clock())
                 break
             gate.held += 1
-        return taken
 
     async def _take(self, gate: RateGate, want: int) -> list[RateLimitDecision]:
         now = self._clock()
@@ -383,7 +417,8 @@ class Admission:
 
     async def _trim(self, paid: Prepaid) -> None:
         """Give back every slot and token beyond ``granted`` (refused by a later gate, or
-        not used by the claim)."""
+        not used by the claim). A failure to give something back is logged by the
+        callbacks; a slot not given back frees at its lease end."""
         keep = max(0, paid.granted)
         for name, indexes in paid.slots.items():
             extra = indexes[keep:]
@@ -393,6 +428,17 @@ class Admission:
             extra_units = units[keep:]
             del units[keep:]
             await self._give_back(paid.gates[name], extra_units)
+
+    def hold_off(self, actor: str, seconds: float) -> None:
+        """Leave ``actor`` out of claims for ``seconds`` (its limit's store failed)."""
+        gates = self.actors.get(actor)
+        if gates is None:
+            return
+        until = self._clock() + seconds
+        for gate in gates.rate:
+            gate.blocked_until = max(gate.blocked_until, until)
+        for slot in gates.slots:
+            slot.denied(seconds, self._clock())
 
     async def _give_slots(self, gate: SlotGate, indexes: list[int]) -> None:
         for index in indexes:

@@ -131,6 +131,7 @@ class Dispatcher:
         """Dispatch through the limits: claims planned by their gates, jobs admitted (or
         parked) before they start, slots released through :meth:`Limits.release`."""
         gate = Gatekeeper(self.engine, limits, self.actors, self.worker_id, self._queues)
+        gate.poll_s = self.settings.poll_interval.total_seconds()
         self.gate = gate
         limits.on_release = self._released
         self.env.acquire = gate.take
@@ -230,6 +231,8 @@ class Dispatcher:
                     left = free - len(rows)
                     if left <= 0:
                         break
+                    if plan is not None and self.gate is not None and len(actors) == 1:
+                        limit = await self.gate.take_slots(conn, plan, actors[0], limit)
                     if limit <= 0:
                         continue
                     stmt = self._stmt(queues, actors, min(limit, left), skip)

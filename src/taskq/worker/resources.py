@@ -209,6 +209,7 @@ class Limits:
         self._slots: dict[UUID, list[SlotHold]] = {}
         self.on_release: Callable[[list[str]], None] | None = None
         """Told the names of the slots this worker released (the dispatcher's gates)."""
+        self.schema_name = settings.schema_name
         self.never_parked: frozenset[str] = frozenset()
         """Reservations taken before the claim (no job waits parked on them: a release
         has nobody to wake)."""

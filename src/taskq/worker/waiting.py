@@ -32,6 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from taskq.actor import ActorRef
 from taskq.db.engine import transaction
 from taskq.db.queries import dispatch as dq
+from taskq.db.queries import ratelimit as rq
 from taskq.exceptions import ReservationUnavailable
 from taskq.worker.admission import Admission, Prepaid
 from taskq.worker.resources import Limits
@@ -91,6 +92,7 @@ class Gatekeeper:
             refund=limits.refund_rate,
             take_slot=limits.take_slot,
             give_slot=limits.give_slot,
+            in_claim=self._in_claim,
         )
         limits.never_parked = self.admission.static_slots
         self._keyed_rates = {
@@ -102,7 +104,12 @@ class Gatekeeper:
             for name, ref in actors.items()
         }
         self._taken: dict[UUID, Any] = {}
-        self._dry: set[str] = set()
+        self._dry: dict[str, float] = {}
+        """Actors whose backlog ran short -> when it was last looked at: looked at again
+        once per poll interval (a NOTIFY wakes the loop, but says nothing of actors)."""
+        self.poll_s = 0.2
+        self._failures: dict[str, float] = {}
+        self._ensured: set[str] = set()
         self._slots_read = -math.inf
         self._park = dq.park_jobs(self._dialect)
         self._attach = dq.attach_slots()
@@ -110,6 +117,40 @@ class Gatekeeper:
         self.parked_total = 0
 
     # -- before the claim -------------------------------------------------------------
+
+    def _in_claim(self, reservation: Any) -> bool:
+        """A store-backed reservation in the worker's own schema: its slots are taken by
+        statements of the claim's transaction (one transaction fewer per job)."""
+        return bool(reservation.clock is None and reservation.schema == self.limits.schema_name)
+
+    async def take_slots(self, conn: AsyncConnection, plan: Plan, actor: str, want: int) -> int:
+        """In the claim's transaction: take the slots deferred for ``actor``'s jobs; how
+        many of its jobs may be claimed (at most ``want``)."""
+        paid = plan.paid.get(actor)
+        if paid is None or not paid.deferred:
+            return want
+        paid.granted = min(paid.granted, want)
+
+        async def take(reservation: Any) -> int | None:
+            if reservation.name not in self._ensured:
+                # Slot rows are made on first use (a reservation named by an actor but
+                # declared elsewhere was not synced at boot).
+                await conn.execute(
+                    rq.slots_ensure(self._dialect, reservation.name, reservation.slots)
+                )
+                self._ensured.add(reservation.name)
+            stmt = rq.slot_claim(
+                self._dialect,
+                reservation.name,
+                reservation.slots,
+                job_id=None,
+                worker_id=self._worker_id,
+                lease_s=reservation.lease_s,
+            )
+            value = (await conn.execute(stmt)).scalar_one_or_none()
+            return None if value is None else int(value)
+
+        return await self.admission.take_in_claim(paid, take)
 
     def throttled(self, actor: str) -> bool:
         """True when the actor's jobs are claimed only through :meth:`plan`'s limits."""
@@ -135,11 +176,27 @@ class Gatekeeper:
             want = int(min(left, allowed, sum(plan.room[q] for q in plan.queues)))
             if want <= 0:
                 continue
-            if actor in self._dry:
-                if not await self._has_ready(actor, plan.queues):
-                    continue
-                self._dry.discard(actor)
-            paid = await adm.prepay(actor, want)
+            try:
+                looked = self._dry.get(actor)
+                if looked is not None:
+                    if time.monotonic() - looked < self.poll_s:
+                        continue
+                    self._dry[actor] = time.monotonic()
+                    if not await self._has_ready(actor, plan.queues):
+                        continue
+                    del self._dry[actor]
+                paid = await adm.prepay(actor, want)
+            except Exception as exc:
+                # A limit's store is down (Redis, or the database): its jobs wait, pending,
+                # instead of spending attempts; the actor is tried again shortly.
+                wait = self._failures.get(actor, 0.25)
+                self._failures[actor] = min(wait * 2, 5.0)
+                adm.hold_off(actor, wait)
+                _log.warning(
+                    "worker-limit-unavailable", actor=actor, error=repr(exc), retry_in=wait
+                )
+                continue
+            self._failures.pop(actor, None)
             if paid.granted <= 0:
                 continue
             plan.paid[actor] = paid
@@ -200,11 +257,13 @@ class Gatekeeper:
         """Give back what was taken for jobs the claim did not find."""
         for actor, paid in plan.paid.items():
             if paid.granted > 0:
-                self._dry.add(actor)  # the backlog ran short: look before paying again
+                self._dry[actor] = time.monotonic()  # ran short: look before paying again
                 await self.admission.settle(paid)
 
     async def drop(self, rows: Sequence[dict[str, Any]]) -> None:
-        """Give back what was taken for claimed jobs that will not start (shutdown)."""
+        """Give back what was taken for claimed jobs that will not start (shutdown, or a
+        claim rolled back: then the slot rows it made are not certain either)."""
+        self._ensured.clear()
         for row in rows:
             await self.admission.refund(row.pop("_prepaid", []))
 
