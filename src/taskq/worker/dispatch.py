@@ -248,7 +248,7 @@ class Dispatcher:
             raise
         finally:
             if plan is not None and self.gate is not None:
-                await self.gate.settle(plan)
+                await self.gate.settle(plan, rows)
         return rows
 
     async def run(self) -> None:

@@ -253,11 +253,15 @@ class Gatekeeper:
         if attach:
             await conn.execute(self._attach, attach)
 
-    async def settle(self, plan: Plan) -> None:
-        """Give back what was taken for jobs the claim did not find."""
+    async def settle(self, plan: Plan, rows: Sequence[dict[str, Any]] = ()) -> None:
+        """Give back what was taken for jobs the claim did not find. An actor the claim
+        found nothing for is marked dry (a short claim alone may be a race with another
+        worker's claim, not an empty backlog)."""
+        found = {row["actor"] for row in rows}
         for actor, paid in plan.paid.items():
             if paid.granted > 0:
-                self._dry[actor] = time.monotonic()  # ran short: look before paying again
+                if actor not in found:
+                    self._dry[actor] = time.monotonic()  # look before paying again
                 await self.admission.settle(paid)
 
     async def drop(self, rows: Sequence[dict[str, Any]]) -> None:
