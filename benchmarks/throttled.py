@@ -163,7 +163,7 @@ def _spawn(url: str, env_extra: dict[str, str], log: Path) -> subprocess.Popen[b
             "TASKQ_DATABASE_URL": url,
             "TASKQ_REDIS_URL": REDIS,
             "TASKQ_SCHEMA_NAME": "taskq",
-            "TASKQ_LOG_LEVEL": "WARNING",
+            "TASKQ_LOG_LEVEL": os.environ.get("TASKQ_BENCH_LOG_LEVEL", "WARNING"),
             "PYTHONPATH": str(ROOT),
             **env_extra,
         }
@@ -183,6 +183,21 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
             proc.send_signal(signal.SIGTERM)
     for proc in procs:
         proc.wait(60)
+
+
+def _wait_booted(engine: Engine, count: int, timeout_s: float = 120.0) -> None:
+    """Until ``count`` workers have registered (a loaded machine boots them slowly)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with engine.connect() as conn:
+            running = conn.execute(
+                text("SELECT count(*) FROM workers WHERE status = 'running'")
+            ).scalar_one()
+        if int(running) >= count:
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{count} workers did not boot within {timeout_s:.0f} s")
+        time.sleep(0.1)
 
 
 def _db_now(engine: Engine) -> Any:
@@ -230,6 +245,7 @@ def run_case(
     asyncio.run(_empty_bucket(env["TASKQ_W_BUCKET"], rate))
     procs = [_spawn(url, env, workdir / f"{tag}-{i}.log") for i in range(workers)]
     try:
+        _wait_booted(engine, workers)
         time.sleep(warm_s)
         cpu0 = [_cpu_s(p.pid) for p in procs]
         wall0 = time.monotonic()
@@ -248,7 +264,7 @@ def run_case(
                 select(func.count()).where(jobs.c.status.in_(("succeeded", "running")))
             ).scalar_one()
         )
-    # The warm-up covers the process boot and the bucket's initial burst.
+    # The bucket started empty; the warm-up began once every worker had booted.
     started = _started_between(engine, lo, hi)
     measured_s = (hi - lo).total_seconds()
     engine.dispose()
@@ -283,8 +299,10 @@ def _print(rows: list[Row]) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run every case on a fresh database and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--window", type=float, default=10.0, help="seconds measured per case")
-    parser.add_argument("--warm", type=float, default=3.0, help="seconds before measuring")
+    parser.add_argument("--window", type=float, default=12.0, help="seconds measured per case")
+    parser.add_argument(
+        "--warm", type=float, default=2.0, help="seconds between boot and measuring"
+    )
     parser.add_argument("--backlogs", default="2000,20000")
     parser.add_argument("--rates", default="5,200")
     parser.add_argument("--workers", default="1,2")

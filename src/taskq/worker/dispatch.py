@@ -123,6 +123,10 @@ class Dispatcher:
         self._claim_cache: dict[tuple[Any, ...], Any] = {}
         self.claimed_total = 0
         self._reserved = 0
+        self._others_empty_at: float | None = None
+        """When the claim last found nothing for the actors without limits: until a wake
+        or a poll interval later, rounds a rate limit's timer starts claim only the
+        throttled actors (not one more scan past their backlog for the others)."""
         self.gate: Gatekeeper | None = None
         """The limits' side of dispatch (:mod:`taskq.worker.waiting`), once the boot set
         up rate limits, reservations or queue caps."""
@@ -187,6 +191,10 @@ class Dispatcher:
                 n = limit if cap is None else min(limit, cap)
                 if n > 0:
                     groups.append((queues, (actor,), n, cap is not None))
+            empty_at = self._others_empty_at
+            poll = self.settings.poll_interval.total_seconds()
+            if empty_at is not None and time.monotonic() - empty_at < poll:
+                return groups
         uncapped = tuple(
             a
             for a in self._actor_names
@@ -227,17 +235,26 @@ class Dispatcher:
                         (await conn.execute(dq.running_counts(tuple(self._capped)))).all()
                     )
                     residual = {a: cap - int(counts.get(a, 0)) for a, cap in self._capped.items()}
-                for queues, actors, limit, skip in self._groups(free, residual, plan):
+                groups = self._groups(free, residual, plan)
+                others = 0
+                for queues, actors, limit, skip in groups:
                     left = free - len(rows)
                     if left <= 0:
                         break
-                    if plan is not None and self.gate is not None and len(actors) == 1:
+                    planned = plan is not None and len(actors) == 1 and actors[0] in plan.limits
+                    if planned and plan is not None and self.gate is not None:
                         limit = await self.gate.take_slots(conn, plan, actors[0], limit)
                     if limit <= 0:
                         continue
                     stmt = self._stmt(queues, actors, min(limit, left), skip)
                     result = await conn.execute(stmt, params)
-                    rows.extend(dict(r) for r in result.mappings())
+                    found = [dict(r) for r in result.mappings()]
+                    others += 0 if planned else len(found)
+                    rows.extend(found)
+                if plan is not None and any(
+                    not (len(a) == 1 and a[0] in plan.limits) for _, a, _, _ in groups
+                ):
+                    self._others_empty_at = time.monotonic() if others == 0 else None
                 if plan is not None and plan.paid and self.gate is not None:
                     await self.gate.assign(conn, plan, rows)
         except BaseException:
@@ -273,6 +290,8 @@ class Dispatcher:
                 await self._wait(self.slot_freed, None if index == 0 else poll)
                 continue
             want = min(free, batch)
+            if self.wake.is_set():
+                self._others_empty_at = None  # a NOTIFY or a release: look at everything
             self.wake.clear()
             self._reserved += want
             try:

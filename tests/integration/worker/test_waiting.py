@@ -7,6 +7,7 @@ Real workers running as tasks of the test's event loop, on real Postgres/SQLite 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -280,3 +281,47 @@ async def test_a_release_wakes_the_job_parked_on_it_on_another_worker(
 
 async def _booted(*workers: Any) -> bool:
     return all(w.limits.active and w.dispatcher.gate is not None for w in workers)
+
+
+# -- a queue cap hands on at a release, not at the lease end ----------------------------
+
+
+@actor(name="waiting_capped")
+async def capped(payload: Tenant, ctx: JobContext[Tenant]) -> Attempt:
+    await asyncio.sleep(payload.seconds)
+    return Attempt(attempt=ctx.attempt)
+
+
+async def test_a_queue_cap_hands_on_at_a_release_across_two_workers(
+    engine: AsyncEngine, engine_url: str | URL, unique_name: str
+) -> None:
+    """``queues.max_concurrent = 1`` and two workers (lock lease, hence the cap's slot
+    lease, 60 s): six jobs of 0.3 s run one at a time, each once, and all are done long
+    before one lease could have lapsed. A job denied by the cap on the other worker was
+    parked and woken by the release (no attempt spent on it)."""
+    from taskq.db.dialect import insert
+    from taskq.db.tables import queues
+
+    queue = unique_name.replace(".", "_")[:60]
+    async with engine.begin() as conn:
+        await conn.execute(insert(engine.dialect.name, queues).values(name=queue, max_concurrent=1))
+    client = JobsClient(SqlBackend(engine))
+    handles = [
+        await client.enqueue(capped, Tenant(tenant="x", n=n, seconds=0.3), queue=queue)
+        for n in range(6)
+    ]
+    settings = worker_settings(engine_url, queues=(queue,), lock_lease=60.0)
+    actors = {capped.name: capped}
+    async with (
+        running_worker(settings, actors, rate_limit_registry=RateLimitRegistry()),
+        running_worker(settings, actors, rate_limit_registry=RateLimitRegistry()),
+    ):
+        for handle in handles:
+            assert (await handle.wait(timeout=30)).attempt == 1
+    records = [await h.refresh() for h in handles]
+    starts = sorted(r.started_at for r in records if r.started_at is not None)
+    assert len(starts) == 6
+    for cur, nxt in itertools.pairwise(starts):
+        assert nxt >= cur + timedelta(seconds=0.3)  # one at a time
+    assert all(r.attempt == 1 and r.waiting_on is None for r in records)
+    assert [await _attempt_count(engine, r.id) for r in records] == [1] * 6
