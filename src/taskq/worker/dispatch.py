@@ -123,6 +123,7 @@ class Dispatcher:
         self._claim_cache: dict[tuple[Any, ...], Any] = {}
         self.claimed_total = 0
         self._reserved = 0
+        self._woken_by_release = False
         self._others_empty_at: float | None = None
         """When the claim last found nothing for the actors without limits: until a wake
         or a poll interval later, rounds a rate limit's timer starts claim only the
@@ -145,6 +146,8 @@ class Dispatcher:
         if self.gate is not None:
             for name in names:
                 self.gate.admission.released_slot(name)
+        if not self.wake.is_set():
+            self._woken_by_release = True  # room for a throttled actor, not new work
         self.wake.set()
 
     # -- claiming -------------------------------------------------------------------
@@ -290,8 +293,9 @@ class Dispatcher:
                 await self._wait(self.slot_freed, None if index == 0 else poll)
                 continue
             want = min(free, batch)
-            if self.wake.is_set():
-                self._others_empty_at = None  # a NOTIFY or a release: look at everything
+            if self.wake.is_set() and not self._woken_by_release:
+                self._others_empty_at = None  # a NOTIFY (new work): look at everything
+            self._woken_by_release = False
             self.wake.clear()
             self._reserved += want
             try:

@@ -250,7 +250,7 @@ async def test_a_release_wakes_the_job_parked_on_it_on_another_worker(
         running_worker(b_settings, actors, rate_limit_registry=registry_b) as b,
     ):
         await wait_until(lambda: _booted(a, b), timeout=30)
-        x = await client.enqueue(slot, Tenant(tenant="k", seconds=1.5), queue="wa")
+        x = await client.enqueue(slot, Tenant(tenant="k", seconds=4.0), queue="wa")
 
         async def x_running() -> bool:
             return (await x.status()) == "running"
@@ -272,8 +272,8 @@ async def test_a_release_wakes_the_job_parked_on_it_on_another_worker(
     assert done_x.started_at is not None
     assert done_y.started_at is not None
     assert parked.ready_at is not None
-    # Y ran after X's 1.5 s (the slot's release), long before its parked time.
-    assert done_y.started_at >= done_x.started_at + timedelta(seconds=1.5)
+    # Y ran after X's 4 s (the slot's release), long before its parked time.
+    assert done_y.started_at >= done_x.started_at + timedelta(seconds=4)
     assert done_y.started_at < parked.ready_at - timedelta(seconds=200)
     assert done_y.attempt == 1
     assert done_y.denials == 1
