@@ -194,9 +194,7 @@ class Dispatcher:
                 n = limit if cap is None else min(limit, cap)
                 if n > 0:
                     groups.append((queues, (actor,), n, cap is not None))
-            empty_at = self._others_empty_at
-            poll = self.settings.poll_interval.total_seconds()
-            if empty_at is not None and time.monotonic() - empty_at < poll:
+            if self._skip_others():
                 return groups
         uncapped = tuple(
             a
@@ -217,6 +215,13 @@ class Dispatcher:
                 groups.append((queues, (actor,), min(left, free), True))
         return groups
 
+    def _skip_others(self) -> bool:
+        """True while the actors without limits were found empty less than a poll
+        interval ago (and nothing woke the loop since)."""
+        empty_at = self._others_empty_at
+        poll = self.settings.poll_interval.total_seconds()
+        return empty_at is not None and time.monotonic() - empty_at < poll
+
     async def claim(self, free: int) -> list[dict[str, Any]]:
         """Claim up to ``free`` jobs (one transaction; one statement on the fast path).
 
@@ -228,8 +233,8 @@ class Dispatcher:
         rows: list[dict[str, Any]] = []
         plan = await self.gate.plan(free) if self.gate is not None else None
         try:
-            if plan is not None and not plan.queues:
-                return rows
+            if plan is not None and (not plan.queues or (not plan.limits and self._skip_others())):
+                return rows  # nothing this round could claim: no transaction at all
             async with transaction(self.engine) as conn:
                 await self._refresh_config(conn)
                 residual: dict[str, int] = {}
