@@ -19,7 +19,7 @@ from sqlalchemy.dialects import postgresql
 import taskq.db.types
 
 revision: str = "0006"
-down_revision: str | None = "0002"
+down_revision: str | None = "0003"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -49,6 +49,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("cron_schedules") as batch_op:
-        for column in reversed(_columns()):
-            batch_op.drop_column(column.name)
+    # SQLite >= 3.35 drops a column in place: no batch rebuild, which would need a live
+    # connection to reflect the table (``taskq migrate sql`` prints DDL without one).
+    for column in reversed(_columns()):
+        op.drop_column("cron_schedules", column.name)

@@ -152,16 +152,35 @@ class JobRecord:
     updated_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    waiting_on: str | None = None
+    """The rate limit, reservation or queue cap whose denial parked the job, while it
+    waits for it (``None`` once claimed again, and for a job never denied)."""
+    denials: int = 0
+    """How many times a limit denied the job and parked it (denials are not attempts)."""
 
     @property
     def is_terminal(self) -> bool:
         """True once the job can no longer change status."""
         return self.status in TERMINAL_STATUSES
 
+    @property
+    def ready_at(self) -> datetime | None:
+        """When a parked job can next be admitted (its ``scheduled_at``), ``None`` unless
+        it is waiting on a limit. A job parked on a reservation or queue cap is woken
+        earlier, as soon as a slot is released."""
+        if self.waiting_on is None or self.status not in ("pending", "scheduled"):
+            return None
+        return self.scheduled_at
+
     @classmethod
     def from_mapping(cls, row: Mapping[Any, Any]) -> JobRecord:
-        """Build from a result row's mapping (extra columns are ignored)."""
-        return cls(**{name: row[name] for name in cls.__dataclass_fields__})
+        """Build from a result row's mapping (extra columns are ignored; the waiting
+        fields default when a statement did not return them)."""
+        values = {name: row[name] for name in _RECORD_REQUIRED}
+        for name in _RECORD_OPTIONAL:
+            if name in row:
+                values[name] = row[name]
+        return cls(**values)
 
     @classmethod
     def inserted(
@@ -208,6 +227,10 @@ class JobRecord:
             started_at=None,
             finished_at=None,
         )
+
+
+_RECORD_OPTIONAL = ("waiting_on", "denials")
+_RECORD_REQUIRED = tuple(n for n in JobRecord.__dataclass_fields__ if n not in _RECORD_OPTIONAL)
 
 
 @dataclass(frozen=True, slots=True)

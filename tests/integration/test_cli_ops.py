@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 from click.testing import CliRunner
 from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -28,6 +29,9 @@ from tests.support.cli import db
 
 
 def run(*args: str, input: str | None = None) -> tuple[int, str]:
+    # A fresh `taskq` process starts with structlog unconfigured; an earlier test in this
+    # process may have left it configured (capture_logs does), printing to stdout.
+    structlog.reset_defaults()
     result = CliRunner().invoke(main, list(args), input=input, catch_exceptions=False)
     return result.exit_code, result.output
 

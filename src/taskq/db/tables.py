@@ -101,6 +101,11 @@ jobs = Table(
     Column("updated_at", UTCDateTime(), nullable=False, server_default=func.current_timestamp()),
     Column("started_at", UTCDateTime(), nullable=True),
     Column("finished_at", UTCDateTime(), nullable=True),
+    # Waiting: the rate limit, reservation or queue cap whose denial parked the job (NULL
+    # once claimed again), and how many denials parked it in all. A parked job is
+    # ``scheduled`` at the earliest moment it can be admitted; a denial is no attempt.
+    Column("waiting_on", String(_NAME), nullable=True),
+    Column("denials", Integer(), nullable=False, server_default="0"),
     CheckConstraint(
         "status IN ('pending', 'scheduled', 'running', 'succeeded', 'failed', "
         "'cancelled', 'crashed', 'abandoned')",
@@ -118,6 +123,15 @@ Index(
     jobs.c.scheduled_at,
     postgresql_where=text("status IN ('pending', 'scheduled')"),
     sqlite_where=text("status IN ('pending', 'scheduled')"),
+)
+# Waking: the jobs parked on a reservation or queue cap, for the release that frees a slot.
+Index(
+    "ix_jobs_waiting",
+    jobs.c.waiting_on,
+    jobs.c.priority.desc(),
+    jobs.c.scheduled_at,
+    postgresql_where=text("status = 'scheduled' AND waiting_on IS NOT NULL"),
+    sqlite_where=text("status = 'scheduled' AND waiting_on IS NOT NULL"),
 )
 # Lease sweep: running rows whose lease expired.
 Index(

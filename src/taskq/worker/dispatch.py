@@ -16,7 +16,7 @@ import contextlib
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import structlog
@@ -31,6 +31,10 @@ from taskq.worker.execute import AttemptEnv, execute
 from taskq.worker.outcomes import Completer
 from taskq.worker.state import Outcome, RunningJob
 from taskq.worker.telemetry import attempt_span, mark_span, record_completed
+from taskq.worker.waiting import Gatekeeper, Plan
+
+if TYPE_CHECKING:
+    from taskq.worker.resources import Limits
 
 __all__ = ["Dispatcher", "run_sync_actor_tracked"]
 
@@ -119,6 +123,32 @@ class Dispatcher:
         self._claim_cache: dict[tuple[Any, ...], Any] = {}
         self.claimed_total = 0
         self._reserved = 0
+        self._woken_by_release = False
+        self._others_empty_at: float | None = None
+        """When the claim last found nothing for the actors without limits: until a wake
+        or a poll interval later, rounds a rate limit's timer starts claim only the
+        throttled actors (not one more scan past their backlog for the others)."""
+        self.gate: Gatekeeper | None = None
+        """The limits' side of dispatch (:mod:`taskq.worker.waiting`), once the boot set
+        up rate limits, reservations or queue caps."""
+
+    def enable_limits(self, limits: Limits) -> None:
+        """Dispatch through the limits: claims planned by their gates, jobs admitted (or
+        parked) before they start, slots released through :meth:`Limits.release`."""
+        gate = Gatekeeper(self.engine, limits, self.actors, self.worker_id, self._queues)
+        gate.poll_s = self.settings.poll_interval.total_seconds()
+        self.gate = gate
+        limits.on_release = self._released
+        self.env.acquire = gate.take
+        self.env.release = gate.release
+
+    def _released(self, names: list[str]) -> None:
+        if self.gate is not None:
+            for name in names:
+                self.gate.admission.released_slot(name)
+        if not self.wake.is_set():
+            self._woken_by_release = True  # room for a throttled actor, not new work
+        self.wake.set()
 
     # -- claiming -------------------------------------------------------------------
 
@@ -149,38 +179,101 @@ class Dispatcher:
         self._fifo = tuple(q for q in self._queues if modes.get(q) != "fair")
         self._config_at = time.monotonic()
 
-    def _groups(self, free: int, residual: dict[str, int]) -> list[tuple[Any, ...]]:
-        uncapped = tuple(a for a in self._actor_names if a not in self._capped)
+    def _groups(
+        self, free: int, residual: dict[str, int], plan: Plan | None
+    ) -> list[tuple[Any, ...]]:
+        gate = self.gate
+        queues = self._queues if plan is None else plan.queues
+        fifo = tuple(q for q in self._fifo if q in queues)
+        fair = tuple(q for q in self._fair if q in queues)
         groups: list[tuple[Any, ...]] = []
+        if plan is not None:
+            # Throttled actors first, each at most what its limits admit (paid already).
+            for actor, limit in plan.limits.items():
+                cap = residual.get(actor)
+                n = limit if cap is None else min(limit, cap)
+                if n > 0:
+                    groups.append((queues, (actor,), n, cap is not None))
+            if self._skip_others():
+                return groups
+        uncapped = tuple(
+            a
+            for a in self._actor_names
+            if a not in self._capped and (gate is None or not gate.throttled(a))
+        )
         # One statement per queue: each then walks the dispatch index in order and stops
         # at its limit (an IN list over queues would sort every ready row). Queues are
         # drained in the order the worker lists them.
-        groups.extend(((queue,), uncapped, free, False) for queue in self._fifo if uncapped)
-        if self._fair and uncapped:
+        for queue in fifo if uncapped else ():
+            room = plan.room.get(queue, free) if plan is not None else free
+            groups.append(((queue,), uncapped, int(min(free, room)), False))
+        if fair and uncapped:
             share = max(1, -(-free // len(uncapped)))
-            groups.extend((self._fair, (a,), share, False) for a in uncapped)
+            groups.extend((fair, (a,), share, False) for a in uncapped)
         for actor, left in residual.items():
-            if left > 0:
-                groups.append((self._queues, (actor,), min(left, free), True))
+            if left > 0 and (gate is None or not gate.throttled(actor)):
+                groups.append((queues, (actor,), min(left, free), True))
         return groups
 
+    def _skip_others(self) -> bool:
+        """True while the actors without limits were found empty less than a poll
+        interval ago (and nothing woke the loop since)."""
+        empty_at = self._others_empty_at
+        poll = self.settings.poll_interval.total_seconds()
+        return empty_at is not None and time.monotonic() - empty_at < poll
+
     async def claim(self, free: int) -> list[dict[str, Any]]:
-        """Claim up to ``free`` jobs (one transaction; one statement on the fast path)."""
+        """Claim up to ``free`` jobs (one transaction; one statement on the fast path).
+
+        With limits, the round is planned first (:meth:`Gatekeeper.plan`: actors their
+        limits hold back are left out, the others' tokens are paid) and the tokens of
+        jobs the claim did not find are refunded after it.
+        """
         params = {"worker_id": self.worker_id, "lease_s": self._lease_s}
         rows: list[dict[str, Any]] = []
-        async with transaction(self.engine) as conn:
-            await self._refresh_config(conn)
-            residual: dict[str, int] = {}
-            if self._capped:
-                counts = dict((await conn.execute(dq.running_counts(tuple(self._capped)))).all())
-                residual = {a: cap - int(counts.get(a, 0)) for a, cap in self._capped.items()}
-            for queues, actors, limit, skip in self._groups(free, residual):
-                left = free - len(rows)
-                if left <= 0:
-                    break
-                stmt = self._stmt(queues, actors, min(limit, left), skip)
-                result = await conn.execute(stmt, params)
-                rows.extend(dict(r) for r in result.mappings())
+        plan = await self.gate.plan(free) if self.gate is not None else None
+        try:
+            if plan is not None and (not plan.queues or (not plan.limits and self._skip_others())):
+                return rows  # nothing this round could claim: no transaction at all
+            async with transaction(self.engine) as conn:
+                await self._refresh_config(conn)
+                residual: dict[str, int] = {}
+                if self._capped:
+                    counts = dict(
+                        (await conn.execute(dq.running_counts(tuple(self._capped)))).all()
+                    )
+                    residual = {a: cap - int(counts.get(a, 0)) for a, cap in self._capped.items()}
+                groups = self._groups(free, residual, plan)
+                others = 0
+                for queues, actors, limit, skip in groups:
+                    left = free - len(rows)
+                    if left <= 0:
+                        break
+                    planned = plan is not None and len(actors) == 1 and actors[0] in plan.limits
+                    if planned and plan is not None and self.gate is not None:
+                        limit = await self.gate.take_slots(conn, plan, actors[0], limit)
+                    if limit <= 0:
+                        continue
+                    stmt = self._stmt(queues, actors, min(limit, left), skip)
+                    result = await conn.execute(stmt, params)
+                    found = [dict(r) for r in result.mappings()]
+                    others += 0 if planned else len(found)
+                    rows.extend(found)
+                if plan is not None and any(
+                    not (len(a) == 1 and a[0] in plan.limits) for _, a, _, _ in groups
+                ):
+                    self._others_empty_at = time.monotonic() if others == 0 else None
+                if plan is not None and plan.paid and self.gate is not None:
+                    await self.gate.assign(conn, plan, rows)
+        except BaseException:
+            if self.gate is not None:
+                # The claim rolled back: nothing taken for its rows was used.
+                await self.gate.drop(rows)
+            rows.clear()
+            raise
+        finally:
+            if plan is not None and self.gate is not None:
+                await self.gate.settle(plan, rows)
         return rows
 
     async def run(self) -> None:
@@ -205,6 +298,9 @@ class Dispatcher:
                 await self._wait(self.slot_freed, None if index == 0 else poll)
                 continue
             want = min(free, batch)
+            if self.wake.is_set() and not self._woken_by_release:
+                self._others_empty_at = None  # a NOTIFY (new work): look at everything
+            self._woken_by_release = False
             self.wake.clear()
             self._reserved += want
             try:
@@ -219,13 +315,24 @@ class Dispatcher:
             backoff = 0.05
             if not self.claiming:
                 # Shutdown began during the claim: run nothing, hand the rows back.
+                if self.gate is not None:
+                    await self.gate.drop(rows)
                 for row in rows:
                     self._start(row, start=False)
                 break
-            for row in rows:
-                self._start(row)
-            if len(rows) < want:
-                await self._wait(self.wake, poll)
+            claimed = len(rows)
+            jobs = [self._job(row) for row in rows]
+            if self.gate is not None:
+                jobs = await self._admit(jobs)
+            for job in jobs:
+                self._start_job(job)
+            if claimed < want:
+                await self._wait(self.wake, self._wait_s(poll))
+
+    def _wait_s(self, poll: float) -> float:
+        if self.gate is None:
+            return poll
+        return self.gate.wait_s(poll, self.settings.max_concurrency - len(self.running))
 
     async def _wait(self, event: asyncio.Event, limit_s: float | None) -> None:
         with contextlib.suppress(TimeoutError):
@@ -240,11 +347,28 @@ class Dispatcher:
 
     # -- running --------------------------------------------------------------------
 
-    def _start(self, row: dict[str, Any], *, start: bool = True) -> None:
+    def _job(self, row: dict[str, Any]) -> RunningJob:
         ref = self.actors[row["actor"]]
         if ref.name in self.stored_ttl:
             row["_result_ttl_s"] = self.stored_ttl[ref.name]
-        job = RunningJob(row=row, ref=ref, worker_id=self.worker_id)
+        return RunningJob(row=row, ref=ref, worker_id=self.worker_id)
+
+    async def _admit(self, jobs: list[RunningJob]) -> list[RunningJob]:
+        """Acquire each job's per-job limits; the denied ones are parked, not started."""
+        gate = self.gate
+        if gate is None:
+            return jobs
+        needy = [job for job in jobs if gate.needs_admission(job)]
+        if not needy:
+            return jobs
+        admitted = {id(job) for job in await gate.admit(needy)}
+        needy_ids = {id(job) for job in needy}
+        return [job for job in jobs if id(job) not in needy_ids or id(job) in admitted]
+
+    def _start(self, row: dict[str, Any], *, start: bool = True) -> None:
+        self._start_job(self._job(row), start=start)
+
+    def _start_job(self, job: RunningJob, *, start: bool = True) -> None:
         self.inflight[job.id] = job
         self.claimed_total += 1
         if not start:
@@ -270,6 +394,10 @@ class Dispatcher:
                 job, "release", "crashed", error_class=type(exc).__name__, error=str(exc)
             )
         finally:
+            if self.gate is not None:
+                # An attempt that ended before its acquire leaves what admission took.
+                with contextlib.suppress(Exception):
+                    await self.gate.abandon(job)
             self.running.pop(job.id, None)
             self.slot_freed.set()
         if job.thread_alive():

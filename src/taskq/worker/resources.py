@@ -13,17 +13,20 @@ from the ``rate_limit_registry`` argument or a DI value provider.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Collection, Iterable
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import structlog
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from taskq.actor import ActorRef
 from taskq.clock import SystemClock
+from taskq.db.dialect import traits
 from taskq.db.engine import transaction
+from taskq.db.queries import dispatch as dq
 from taskq.db.queries import worker as wq
 from taskq.di import Container, ProviderRegistry, Scope
 from taskq.exceptions import ConfigurationError, MissingProvider
@@ -32,6 +35,7 @@ from taskq.worker.state import RunningJob
 
 if TYPE_CHECKING:
     from taskq.ratelimit import ConcurrencyReservation
+    from taskq.ratelimit.composition import AcquiredResource
 
 __all__ = ["Dependencies", "Limits", "SlotHold", "resolve_rate_limit_registry"]
 
@@ -171,6 +175,16 @@ class SlotHold:
     job_id: UUID
 
 
+@dataclass(frozen=True, slots=True)
+class _Declared:
+    """An actor's declarations with some rate limits left out (those paid before the
+    claim): what ``acquire_for_actor`` reads."""
+
+    name: str
+    reservations: Sequence[Any]
+    rate_limits: Sequence[Any]
+
+
 @dataclass(slots=True)
 class _Acquired:
     """What :meth:`Limits.acquire` took for one attempt (opaque to the attempt)."""
@@ -200,6 +214,12 @@ class Limits:
         self.queue_caps: dict[str, Any] = {}
         self.active = False
         self._slots: dict[UUID, list[SlotHold]] = {}
+        self.on_release: Callable[[list[str]], None] | None = None
+        """Told the names of the slots this worker released (the dispatcher's gates)."""
+        self.schema_name = settings.schema_name
+        self.never_parked: frozenset[str] = frozenset()
+        """Reservations taken before the claim (no job waits parked on them: a release
+        has nobody to wake)."""
 
     def prepare(self, actors: Iterable[ActorRef[Any, Any]]) -> None:
         """Pick the registry, register actor-declared primitives, check referenced names.
@@ -306,11 +326,22 @@ class Limits:
                 "or declare the instance on the actor)",
             )
 
-    async def acquire(self, job: RunningJob, payload: Any) -> _Acquired:
+    async def acquire(
+        self,
+        job: RunningJob,
+        payload: Any,
+        *,
+        prepaid: Sequence[AcquiredResource] = (),
+        rate_limits: Sequence[Any] | None = None,
+        reservations: Sequence[Any] | None = None,
+    ) -> _Acquired:
         """Queue cap slot first, then the actor's reservations and rate limits, in order.
 
-        Raises ``ReservationUnavailable`` (after releasing what it took) when one is denied.
-        The slots taken are recorded for the heartbeat (:meth:`held_slots`) until released.
+        ``prepaid``: slots and tokens the dispatcher took for this job before claiming it
+        (see :mod:`taskq.worker.admission`); ``rate_limits`` and ``reservations`` then
+        list what is left to take per job (the keyed refs). Raises ``ReservationUnavailable`` (after releasing
+        what it took, prepaid tokens excepted) when one is denied. The slots taken are
+        recorded for the heartbeat (:meth:`held_slots`) until released.
         """
         from taskq.ratelimit import ReservationHandle
 
@@ -319,10 +350,17 @@ class Limits:
         if cap is not None:
             taken.caps.append((cap, await cap.acquire(job.id, self._worker_id, pool=self._engine)))
         ref = job.ref
-        if (ref.rate_limits or ref.reservations) and self.registry is not None:
+        entries = ref.rate_limits if rate_limits is None else rate_limits
+        slots = ref.reservations if reservations is None else reservations
+        if (entries or slots) and self.registry is not None:
+            actor = (
+                ref
+                if rate_limits is None and reservations is None
+                else _Declared(ref.name, slots, entries)
+            )
             try:
                 taken.resources = await self.registry.acquire_for_actor(
-                    ref,
+                    actor,
                     payload,
                     job_id=job.id,
                     worker_id=self._worker_id,
@@ -334,6 +372,7 @@ class Limits:
             except BaseException:
                 await self.release(taken)
                 raise
+        taken.resources = [*prepaid, *taken.resources]
         held = [SlotHold(res, slot, job.id) for res, slot in taken.caps]
         held += [
             SlotHold(h.primitive, h.slot_index, job.id)
@@ -345,8 +384,12 @@ class Limits:
         return taken
 
     async def release(self, acquired: _Acquired) -> None:
-        """Give back reservation slots (rate-limit tokens stay spent), newest first."""
+        """Give back reservation slots (rate-limit tokens stay spent), newest first, then
+        wake one job parked on each released slot (:meth:`wake`)."""
+        from taskq.ratelimit import ReservationHandle
+
         self._slots.pop(acquired.job_id, None)
+        freed: list[str] = []
         if acquired.resources and self.registry is not None:
             await self.registry.release_for_actor(
                 acquired.resources,
@@ -356,8 +399,83 @@ class Limits:
                 clock=self._clock,
                 settings=self._settings,
             )
+            freed += [h.name for h in acquired.resources if isinstance(h, ReservationHandle)]
         for reservation, slot in reversed(acquired.caps):
             await reservation.release(slot, self._worker_id, pool=self._engine)
+            freed.append(reservation.name)
+        if freed:
+            if self.on_release is not None:
+                self.on_release(freed)
+            parked_on = [name for name in freed if name not in self.never_parked]
+            if parked_on:
+                await self.wake(parked_on)
+
+    async def wake(self, names: Sequence[str]) -> None:
+        """Make one parked job per released slot of ``names`` claimable at once.
+
+        One transaction for all of them; on Postgres a NOTIFY per queue of a woken job
+        (delivered at commit) brings every worker's claim loop round, on SQLite the
+        poll does. A failure is logged: the parked jobs still run at their fallback
+        time (the lease end the denial reported).
+        """
+        counts: dict[str, int] = {}
+        for name in names:
+            counts[name] = counts.get(name, 0) + 1
+        dialect = self._engine.dialect.name
+        try:
+            async with transaction(self._engine) as conn:
+                woken: set[str] = set()
+                for name, count in counts.items():
+                    result = await conn.execute(dq.wake_parked(dialect, name, count))
+                    woken.update(result.scalars())
+                if woken and traits(dialect).notify:
+                    for queue in sorted(woken):
+                        await conn.execute(dq.notify_enqueued(self._settings.schema_name, queue))
+        except (DBAPIError, SQLAlchemyError, OSError) as exc:
+            _log.warning("worker-wake-failed", reservations=sorted(counts), error=str(exc))
+
+    async def take_slot(self, reservation: Any) -> int:
+        """A slot of ``reservation`` for a job not claimed yet (the dispatcher ties it to
+        the job in the claim's transaction); ``ReservationUnavailable`` when all are held."""
+        pool = None if reservation.clock is not None else self._engine
+        index: int = await reservation.acquire(None, self._worker_id, pool)
+        return index
+
+    async def give_slot(self, reservation: Any, index: int) -> None:
+        """Give back a slot :meth:`take_slot` took and no job used."""
+        pool = None if reservation.clock is not None else self._engine
+        try:
+            await reservation.release(index, self._worker_id, pool)
+        except (DBAPIError, SQLAlchemyError, OSError) as exc:
+            _log.warning("worker-slot-release-failed", reservation=reservation.name, error=str(exc))
+
+    async def acquire_rate(self, primitive: Any, count: float) -> Any:
+        """One acquire of ``count`` tokens (one request for a sliding window) of
+        ``primitive``, with this worker's stores (the dispatcher's prepay)."""
+        kwargs: dict[str, Any] = {
+            "redis_client": self._redis,
+            "pg_pool": self._engine,
+            "clock": self._clock,
+            "settings": self._settings,
+        }
+        if hasattr(primitive, "refill_per_second"):
+            return await primitive.acquire(count, **kwargs)
+        return await primitive.acquire(**kwargs)
+
+    async def refund_rate(self, primitive: Any, decision: Any, count: float) -> None:
+        """Give ``count`` tokens of ``decision`` back (see the refund table in the docs:
+        a no-op on the SQL backend). A failure is logged, never raised."""
+        try:
+            await primitive.refund(
+                decision,
+                count=count,
+                redis_client=self._redis,
+                pg_pool=self._engine,
+                clock=self._clock,
+                settings=self._settings,
+            )
+        except Exception as exc:
+            _log.warning("worker-refund-failed", bucket=primitive.name, error=repr(exc))
 
     def held_slots(self, job_ids: Collection[UUID]) -> list[SlotHold]:
         """The reservation slots held by the listed jobs (the heartbeat renews these).

@@ -278,8 +278,7 @@ class Worker:
         if not await step("rate-limits", lambda: self.limits.boot(self.actors.values())):
             return False
         if self.limits.active:
-            self.dispatcher.env.acquire = self.limits.acquire
-            self.dispatcher.env.release = self.limits.release
+            self.dispatcher.enable_limits(self.limits)
             self.heartbeat.renew_slots = True
         self._log.info(
             "worker-started",

@@ -35,19 +35,24 @@ from sqlalchemy.sql.elements import ColumnClause, ColumnElement
 from sqlalchemy.types import TypeEngine
 
 from taskq.db.dialect import now, now_plus
-from taskq.db.tables import actor_config, job_attempts, jobs, queues
+from taskq.db.tables import actor_config, job_attempts, jobs, queues, reservation_slots
 
 __all__ = [
     "CLAIM_COLUMNS",
     "NOTIFY_CHANNEL_PREFIX",
+    "attach_slots",
     "capped_actor_config",
     "claim_jobs",
     "finish_jobs",
+    "free_slots",
+    "has_ready",
     "notify_channel",
     "notify_enqueued",
+    "park_jobs",
     "queue_modes",
     "record_attempts",
     "running_counts",
+    "wake_parked",
 ]
 
 NOTIFY_CHANNEL_PREFIX: Final = "taskq_jobs_"
@@ -70,6 +75,7 @@ CLAIM_COLUMNS: Final = (
     jobs.c.cancel_phase,
     jobs.c.progress_seq,
     jobs.c.trace_context,
+    jobs.c.waiting_on,
 )
 """What a claim returns: everything one attempt needs, so execution reads nothing else."""
 
@@ -84,6 +90,28 @@ _RUNNING: Final[ColumnClause[Any]] = literal_column("'running'")
 
 def _seconds(name: str) -> ColumnElement[Any]:
     return cast(bindparam(name, type_=Float()), Float())
+
+
+def _ready(
+    dialect_name: str, queues_: tuple[str, ...], actors: tuple[str, ...]
+) -> list[ColumnElement[bool]]:
+    return [
+        jobs.c.status.in_(_READY),
+        jobs.c.queue.in_(queues_),
+        jobs.c.actor.in_(actors),
+        jobs.c.scheduled_at <= now(dialect_name),
+        ~exists().where(queues.c.name == jobs.c.queue, queues.c.paused == literal(True)),
+        exists().where(
+            actor_config.c.actor == jobs.c.actor,
+            or_(actor_config.c.max_concurrent.is_(None), actor_config.c.max_concurrent > 0),
+        ),
+    ]
+
+
+def has_ready(dialect_name: str, queues_: tuple[str, ...], actor: str) -> Select[Any]:
+    """One id of a job of ``actor`` that :func:`claim_jobs` would claim now, if any: the
+    dispatcher asks before paying rate-limit tokens for an actor whose backlog ran dry."""
+    return select(jobs.c.id).where(*_ready(dialect_name, queues_, (actor,))).limit(1)
 
 
 def claim_jobs(
@@ -106,17 +134,7 @@ def claim_jobs(
     Parameters: ``worker_id``, ``lease_s``.
     """
     running = jobs.alias("running_identities")
-    conditions: list[ColumnElement[bool]] = [
-        jobs.c.status.in_(_READY),
-        jobs.c.queue.in_(queues_),
-        jobs.c.actor.in_(actors),
-        jobs.c.scheduled_at <= now(dialect_name),
-        ~exists().where(queues.c.name == jobs.c.queue, queues.c.paused == literal(True)),
-        exists().where(
-            actor_config.c.actor == jobs.c.actor,
-            or_(actor_config.c.max_concurrent.is_(None), actor_config.c.max_concurrent > 0),
-        ),
-    ]
+    conditions = _ready(dialect_name, queues_, actors)
     if skip_running_identities:
         conditions.append(
             or_(
@@ -243,8 +261,88 @@ def finish_jobs(dialect_name: str) -> Update:
             # The worker numbers its attempt's events (claim, progress, this end): the
             # row keeps the last number it published, so the next claim's +1 follows it.
             progress_seq=_given_seq(),
+            waiting_on=null(),
             updated_at=ts,
         )
+    )
+
+
+def park_jobs(dialect_name: str) -> Update:
+    """Park claimed jobs a limit denied: ``scheduled`` again in ``b_delay_s`` seconds,
+    fenced like :func:`finish_jobs` (executemany: one parameter set per job).
+
+    One row write, and no attempt: the claim's ``attempt + 1`` and event number are taken
+    back (the attempt never started), so ``attempt`` keeps counting attempts that ran and
+    the retry budget is untouched. ``waiting_on`` records ``b_waiting_on`` (what denied)
+    and ``denials`` counts the parks. No ``job_attempts`` row is written. Parameters:
+    ``b_id``, ``b_worker``, ``b_attempt``, ``b_delay_s``, ``b_waiting_on``.
+    """
+    ts = now(dialect_name)
+    return (
+        update(jobs)
+        .where(_fence())
+        .values(
+            status=literal_column("'scheduled'"),
+            attempt=jobs.c.attempt - 1,
+            progress_seq=jobs.c.progress_seq - 1,
+            scheduled_at=now_plus(dialect_name, _seconds("b_delay_s")),
+            started_at=case((jobs.c.attempt == 1, null()), else_=jobs.c.started_at),
+            locked_by=null(),
+            lease_expires_at=null(),
+            waiting_on=bindparam("b_waiting_on", type_=jobs.c.waiting_on.type),
+            denials=jobs.c.denials + 1,
+            updated_at=ts,
+        )
+    )
+
+
+def wake_parked(dialect_name: str, name: str, count: int) -> Update:
+    """Make up to ``count`` jobs parked on reservation/queue cap ``name`` claimable now.
+
+    Run after a release of ``count`` slots of ``name``: the longest-waiting parked jobs
+    (priority, then the time they were parked to) are due at once, ahead of work enqueued
+    after them (``scheduled_at`` back to ``created_at``). Returns their queues (for the
+    NOTIFY). ``SKIP LOCKED`` on Postgres: a row another release is waking is passed over.
+    """
+    pick = (
+        select(jobs.c.id)
+        .where(
+            jobs.c.status == literal_column("'scheduled'"),
+            jobs.c.waiting_on == name,
+        )
+        .order_by(jobs.c.waiting_on, jobs.c.priority.desc(), jobs.c.scheduled_at)
+        .limit(count)
+        .with_for_update(skip_locked=True, of=jobs)
+    )
+    return (
+        update(jobs)
+        .where(jobs.c.id.in_(pick.scalar_subquery()))
+        .values(scheduled_at=jobs.c.created_at, updated_at=now(dialect_name))
+        .returning(jobs.c.queue)
+    )
+
+
+def free_slots(dialect_name: str, names: tuple[str, ...]) -> Select[Any]:
+    """``(name, free slots)`` of the listed reservations (rows nobody holds, or lapsed)."""
+    s = reservation_slots.c
+    free = or_(s.worker_id.is_(None), s.lease_expires_at <= now(dialect_name))
+    return (
+        select(s.name, func.sum(case((free, 1), else_=0))).where(s.name.in_(names)).group_by(s.name)
+    )
+
+
+def attach_slots(worker_id_param: str = "b_worker") -> Update:
+    """Tie slots the worker took before a claim to the jobs it claimed (executemany:
+    ``b_name``, ``b_slot``, ``b_job``; fenced on the holder ``b_worker``)."""
+    s = reservation_slots.c
+    return (
+        update(reservation_slots)
+        .where(
+            s.name == bindparam("b_name", type_=s.name.type),
+            s.slot_index == bindparam("b_slot", type_=s.slot_index.type),
+            s.worker_id == bindparam(worker_id_param, type_=s.worker_id.type),
+        )
+        .values(job_id=bindparam("b_job", type_=s.job_id.type))
     )
 
 
@@ -357,6 +455,7 @@ def finish_jobs_batch_pg() -> Any:
             cancel_phase=case((terminal, jobs.c.cancel_phase), else_=literal(0)),
             progress=case((v.c.has_progress == 1, v.c.progress), else_=jobs.c.progress),
             progress_seq=func.coalesce(v.c.seq, jobs.c.progress_seq + 1),
+            waiting_on=null(),
             updated_at=ts,
         )
         .returning(
