@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Literal, Self
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -109,6 +109,20 @@ class WorkerSettings(TaskQSettings):
     progress_data_max_bytes: int = Field(default=8192, ge=1)
     progress_flush_interval: timedelta = Field(default=timedelta(seconds=2))
     log_level: str = Field(default="INFO", description="Worker log level (structlog).")
+    log_format: Literal["auto", "json", "console"] = Field(
+        default="auto",
+        description=(
+            "Worker log lines: JSON objects, or the console renderer; auto: JSON unless "
+            "stderr is a terminal. Ignored when the application configured structlog."
+        ),
+    )
+    otel_process_parent: Literal["parent", "link"] = Field(
+        default="parent",
+        description=(
+            "An attempt's process span: a child of the context stored at enqueue (parent), "
+            "or the root of a new trace linked to it (link)."
+        ),
+    )
     boot_retry_timeout: timedelta = Field(
         default=timedelta(seconds=60),
         description=(

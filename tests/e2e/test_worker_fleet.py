@@ -272,10 +272,10 @@ async def test_sigterm_during_long_async_and_sync_jobs(
         phases = [
             p
             for p in ("DRAINING", "CANCELLING", "FORCING", "RELEASING", "STOPPED")
-            if f"phase={p}" in text_log
+            if f'"phase": "{p}"' in text_log  # the worker logs JSON lines when piped
         ]
         assert phases == ["DRAINING", "CANCELLING", "FORCING", "RELEASING", "STOPPED"]
-        positions = [text_log.index(f"phase={p}") for p in phases]
+        positions = [text_log.index(f'"phase": "{p}"') for p in phases]
         assert positions == sorted(positions)
 
         rows = await support.job_rows(engine)
