@@ -12,6 +12,13 @@ from the store's own timestamps: jobs / (last ``finished_at`` - first ``started_
 Pickup latency is ``started_at - created_at`` per job, both stamped by the store's clock.
 ``--compare`` adds procrastinate/pgqueuer rows measured by ``benchmarks/compare.py`` when
 their results file exists.
+
+    python benchmarks/throughput.py --otel             # drain with OpenTelemetry off vs on
+
+``--otel`` drains the same backlog with one worker process, alternately without an SDK
+and with one configured (``benchmarks/otel_worker.py``: spans and metrics on, exported
+to exporters that drop them), ``--repeat`` rounds of each, interleaved so that the
+machine's other load falls on both alike; it prints each round and the medians.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the benchmark's actors live in the test apps
     sys.path.insert(0, str(ROOT))
 APP = "tests.e2e.apps.basic:registry"
+OTEL_APP = "benchmarks.otel_worker:registry"
 ADMIN = os.environ.get(
     "TASKQ_BENCH_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 )
@@ -98,8 +106,11 @@ async def _enqueue_backlog(url: str, count: int) -> float:
     return count / elapsed
 
 
-def _spawn(url: str, concurrency: int, log: Path) -> subprocess.Popen[bytes]:
+def _spawn(
+    url: str, concurrency: int, log: Path, app: str = APP, extra: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     env = dict(os.environ)
+    env.update(extra or {})
     env.update(
         {
             "TASKQ_DATABASE_URL": url,
@@ -111,7 +122,7 @@ def _spawn(url: str, concurrency: int, log: Path) -> subprocess.Popen[bytes]:
         }
     )
     return subprocess.Popen(
-        [sys.executable, "-m", "taskq.worker", APP],
+        [sys.executable, "-m", "taskq.worker", app],
         cwd=ROOT,
         env=env,
         stdout=log.open("ab"),
@@ -166,7 +177,14 @@ def _wait_done(url: str, count: int, timeout: float) -> None:
         time.sleep(0.25)
 
 
-def drain(engine_kind: str, processes: int, backlog: int, concurrency: int) -> dict[str, float]:
+def drain(
+    engine_kind: str,
+    processes: int,
+    backlog: int,
+    concurrency: int,
+    app: str = APP,
+    extra: dict[str, str] | None = None,
+) -> dict[str, float]:
     """Backlog first, then workers: jobs/s from the store's first start to last finish."""
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
@@ -174,7 +192,7 @@ def drain(engine_kind: str, processes: int, backlog: int, concurrency: int) -> d
         try:
             asyncio.run(_setup(url))
             enqueue_rate = asyncio.run(_enqueue_backlog(url, backlog))
-            procs = [_spawn(url, concurrency, workdir / f"w{i}.log") for i in range(processes)]
+            procs = [_spawn(url, concurrency, workdir / f"w{i}.log", app) for i in range(processes)]
             try:
                 _wait_done(url, backlog, 600)
             finally:
@@ -232,6 +250,43 @@ def _median_of(runs: int, measure: Callable[..., dict[str, float]], *args: Any) 
     return {key: statistics.median(r[key] for r in results) for key in results[0]}
 
 
+SAMPLED = {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.01"}
+"""The third column's worker: the same SDK, 1 % of new traces sampled (read by the SDK)."""
+
+
+def otel_overhead(engine_kind: str, rounds: int, backlog: int, concurrency: int) -> None:
+    """Drain rate without OpenTelemetry, with it (every span recorded), and with it at
+    1 % trace sampling; rounds interleaved; print the table."""
+    results: list[tuple[float, float, float]] = []
+    for _ in range(max(1, rounds)):
+        off = drain(engine_kind, 1, backlog, concurrency)["drain"]
+        on = drain(engine_kind, 1, backlog, concurrency, OTEL_APP)["drain"]
+        sampled = drain(engine_kind, 1, backlog, concurrency, OTEL_APP, SAMPLED)["drain"]
+        results.append((off, on, sampled))
+
+    def vs(value: float, base: float) -> str:
+        return f"{value:,.0f} ({(value / base - 1) * 100:+.1f} %)"
+
+    header = ("round", "otel off (jobs/s)", "otel on, all spans", "otel on, 1 % sampled")
+    rows = [
+        (str(i + 1), f"{off:,.0f}", vs(on, off), vs(sm, off))
+        for i, (off, on, sm) in enumerate(results)
+    ]
+    medians = [statistics.median(r[k] for r in results) for k in range(3)]
+    rows.append(
+        ("median", f"{medians[0]:,.0f}", vs(medians[1], medians[0]), vs(medians[2], medians[0]))
+    )
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    print(" | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
+    print("-+-".join("-" * w for w in widths))
+    for row in rows:
+        print(" | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
+    print(
+        f"engine={engine_kind} backlog={backlog} concurrency={concurrency} "
+        f"cores={os.cpu_count()} one worker process; rounds interleaved off, on, sampled"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engine", choices=("postgres", "sqlite"), default="postgres")
@@ -248,7 +303,13 @@ def main() -> None:
         action="store_true",
         help="with --engine sqlite: do not add the Postgres row for comparison",
     )
+    parser.add_argument(
+        "--otel", action="store_true", help="drain with OpenTelemetry off vs on, and stop"
+    )
     args = parser.parse_args()
+    if args.otel:
+        otel_overhead(args.engine, args.repeat, args.backlog, args.concurrency)
+        return
 
     engines = [args.engine]
     if args.engine == "sqlite" and not args.no_reference:

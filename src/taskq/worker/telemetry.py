@@ -13,8 +13,9 @@ On OpenTelemetry's messaging conventions (:mod:`taskq.otel_semconv`):
 - ``settle {queue}``: each batched terminal write, linked to the attempts it settles.
 
 Metrics: ``messaging.client.consumed.messages``, ``messaging.client.operation.duration``
-(receive, settle), ``messaging.process.duration``; ``taskq.jobs.completed{actor,status}``,
-``taskq.job.duration{actor}``, ``taskq.job.retries{actor,queue}``,
+(receive, settle), ``messaging.process.duration`` (with ``taskq.actor``);
+``taskq.jobs.completed{actor,status}`` and ``taskq.job.retries{actor,queue}`` (counted per
+settled batch),
 ``taskq.job.queue_latency{actor,queue}`` (time a ready job waited for a worker),
 ``taskq.job.throttled.duration{primitive,actor,queue}`` (time a job was put back by a
 denied limit), ``taskq.jobs.reclaimed{actor,disposition}``, ``taskq.queue.depth{queue,status}``
@@ -42,7 +43,6 @@ __all__ = [
     "process_span",
     "publish_queue_depth",
     "record_attempt",
-    "record_completed",
     "record_exception",
     "record_received",
     "record_reclaimed",
@@ -72,7 +72,6 @@ if trace is not None:
     _tracer = trace.get_tracer("taskq.worker")
     _meter = metrics.get_meter("taskq.worker")
     _completed = _meter.create_counter("taskq.jobs.completed", description="Attempts ended")
-    _duration = _meter.create_histogram("taskq.job.duration", unit="s", description="Attempt time")
     _reclaimed = _meter.create_counter("taskq.jobs.reclaimed", description="Expired leases swept")
     _consumed = _meter.create_counter(
         "messaging.client.consumed.messages", unit="{message}", description="Jobs claimed"
@@ -256,26 +255,33 @@ def record_throttled(job: Any, exc: Any) -> None:
 
 
 def record_attempt(job: Any, outcome: Any, seconds: float) -> None:
-    """The metrics of one ended attempt: completed, durations, retries."""
+    """``messaging.process.duration`` of one ended attempt (with its actor and, for a
+    failed one, ``error.type``). The counts (``taskq.jobs.completed``, retries) are
+    added per settled batch (:func:`settle_span`): one histogram point per attempt is
+    the whole per-job metric cost."""
     if not metrics_on():
         return
-    actor = job.ref.name
-    queue = str(job.row["queue"])
-    kind = outcome.kind
-    record_completed(actor, kind, seconds)
-    error = outcome.error_class if kind in _ERROR_KINDS else None
-    _process.record(seconds, sc.metric_attributes("process", queue, error))
-    if kind == "retry":
-        _retries.add(1, {"actor": actor, "queue": queue})
+    attributes = sc.metric_attributes(
+        "process",
+        job.row["queue"],
+        outcome.error_class if outcome.kind in _ERROR_KINDS else None,
+    )
+    attributes["taskq.actor"] = job.ref.name
+    _process.record(seconds, attributes)
 
 
-def record_completed(actor: str, status: str, seconds: float | None) -> None:
-    """Count one ended attempt (and its duration when known)."""
-    if not metrics_on():
-        return
-    _completed.add(1, {"actor": actor, "status": status})
-    if seconds is not None:
-        _duration.record(seconds, {"actor": actor})
+def _count_settled(outcomes: Sequence[Any]) -> None:
+    ended: Counter[tuple[str, str]] = Counter()
+    retried: Counter[tuple[str, str]] = Counter()
+    for outcome in outcomes:
+        job = outcome.job
+        ended[(job.ref.name, outcome.kind)] += 1
+        if outcome.kind == "retry":
+            retried[(job.ref.name, str(job.row["queue"]))] += 1
+    for (actor, status), n in ended.items():
+        _completed.add(n, {"actor": actor, "status": status})
+    for (actor, queue), n in retried.items():
+        _retries.add(n, {"actor": actor, "queue": queue})
 
 
 # -- settle -------------------------------------------------------------------------
@@ -296,10 +302,7 @@ def _settle_span(outcomes: Sequence[Any]) -> Iterator[Any]:
     queues = {str(o.job.row["queue"]) for o in outcomes}
     one = next(iter(queues)) if len(queues) == 1 else None
     started = time.perf_counter()
-    try:
-        if not tracing_on():
-            yield None
-            return
+    if tracing_on():
         attributes = sc.span_attributes("settle", one)
         if len(outcomes) == 1:
             attributes[sc.MESSAGE_ID] = str(outcomes[0].job.id)
@@ -316,9 +319,12 @@ def _settle_span(outcomes: Sequence[Any]) -> Iterator[Any]:
             links=links,
         ) as span:
             yield span
-    finally:
-        if metrics_on():
-            record_operation("settle", one, time.perf_counter() - started)
+    else:
+        yield None
+    # Counted once written: a write that raised is retried, and counted then.
+    if metrics_on():
+        record_operation("settle", one, time.perf_counter() - started)
+        _count_settled(outcomes)
 
 
 # -- the fleet ----------------------------------------------------------------------
