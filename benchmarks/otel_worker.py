@@ -4,10 +4,14 @@ reader, both to exporters that drop what they get (the cost measured is taskq's
 instrumentation plus the SDK's, not a collector's network).
 
     python -m taskq.worker benchmarks.otel_worker:registry
+
+``TASKQ_BENCH_OTEL`` picks the signals: ``traces,metrics`` (default), ``traces`` or
+``metrics``.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -49,14 +53,16 @@ class DropMetrics(MetricExporter):
         return None
 
 
-def install() -> None:
-    """Configure the global tracer and meter providers (once per process)."""
-    provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(DropSpans()))
-    trace.set_tracer_provider(provider)
-    reader = PeriodicExportingMetricReader(DropMetrics(), export_interval_millis=5_000)
-    metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+def install(signals: str = "traces,metrics") -> None:
+    """Configure the global tracer and/or meter providers (once per process)."""
+    if "traces" in signals:
+        provider = TracerProvider()
+        provider.add_span_processor(BatchSpanProcessor(DropSpans()))
+        trace.set_tracer_provider(provider)
+    if "metrics" in signals:
+        reader = PeriodicExportingMetricReader(DropMetrics(), export_interval_millis=5_000)
+        metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
 
 
-install()
+install(os.environ.get("TASKQ_BENCH_OTEL", "traces,metrics"))
 registry: dict[str, Any] = _registry

@@ -251,39 +251,45 @@ def _median_of(runs: int, measure: Callable[..., dict[str, float]], *args: Any) 
 
 
 SAMPLED = {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.01"}
-"""The third column's worker: the same SDK, 1 % of new traces sampled (read by the SDK)."""
+OTEL_SETUPS: tuple[tuple[str, str, dict[str, str]], ...] = (
+    ("otel on (all spans)", OTEL_APP, {}),
+    ("otel on, 1 % sampled", OTEL_APP, SAMPLED),
+    ("metrics only", OTEL_APP, {"TASKQ_BENCH_OTEL": "metrics"}),
+)
+"""The worker setups compared with no SDK: the same app with an SDK configured
+(``benchmarks/otel_worker.py``), all spans recorded; 1 % of traces sampled (read by the
+SDK from ``OTEL_TRACES_SAMPLER``); a meter provider and no tracer provider."""
 
 
 def otel_overhead(engine_kind: str, rounds: int, backlog: int, concurrency: int) -> None:
-    """Drain rate without OpenTelemetry, with it (every span recorded), and with it at
-    1 % trace sampling; rounds interleaved; print the table."""
-    results: list[tuple[float, float, float]] = []
+    """Drain rate without OpenTelemetry and with each of :data:`OTEL_SETUPS`, rounds
+    interleaved (off, then each setup, then again); print every round and the medians."""
+    results: list[list[float]] = []
     for _ in range(max(1, rounds)):
-        off = drain(engine_kind, 1, backlog, concurrency)["drain"]
-        on = drain(engine_kind, 1, backlog, concurrency, OTEL_APP)["drain"]
-        sampled = drain(engine_kind, 1, backlog, concurrency, OTEL_APP, SAMPLED)["drain"]
-        results.append((off, on, sampled))
+        one = [drain(engine_kind, 1, backlog, concurrency)["drain"]]
+        for _label, app, extra in OTEL_SETUPS:
+            one.append(drain(engine_kind, 1, backlog, concurrency, app, extra)["drain"])
+        results.append(one)
 
     def vs(value: float, base: float) -> str:
         return f"{value:,.0f} ({(value / base - 1) * 100:+.1f} %)"
 
-    header = ("round", "otel off (jobs/s)", "otel on, all spans", "otel on, 1 % sampled")
-    rows = [
-        (str(i + 1), f"{off:,.0f}", vs(on, off), vs(sm, off))
-        for i, (off, on, sm) in enumerate(results)
-    ]
-    medians = [statistics.median(r[k] for r in results) for k in range(3)]
+    def row(label: str, values: list[float]) -> tuple[str, ...]:
+        return (label, f"{values[0]:,.0f}", *(vs(v, values[0]) for v in values[1:]))
+
+    header = ("round", "otel off (jobs/s)", *(label for label, _, _ in OTEL_SETUPS))
+    rows = [row(str(i + 1), values) for i, values in enumerate(results)]
     rows.append(
-        ("median", f"{medians[0]:,.0f}", vs(medians[1], medians[0]), vs(medians[2], medians[0]))
+        row("median", [statistics.median(r[k] for r in results) for k in range(len(header) - 1)])
     )
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
     print(" | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
     print("-+-".join("-" * w for w in widths))
-    for row in rows:
-        print(" | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
+    for cells in rows:
+        print(" | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)))
     print(
         f"engine={engine_kind} backlog={backlog} concurrency={concurrency} "
-        f"cores={os.cpu_count()} one worker process; rounds interleaved off, on, sampled"
+        f"cores={os.cpu_count()} one worker process, no-op jobs; rounds interleaved"
     )
 
 
