@@ -103,3 +103,26 @@ def test_opt_in_values_and_the_duplicated_legacy_attribute() -> None:
     assert sc.span_name("process", {"a"}) == "process a"
     assert sc.span_name("receive", {"a", "b"}) == "receive"
     assert sc.metric_attributes("process", "q", "KeyError")["error.type"] == "KeyError"
+
+
+def test_with_the_api_and_no_sdk_everything_is_the_shared_no_op() -> None:
+    """No SDK configured (a fresh interpreter): no span is made, no metric recorded; the
+    call sites get the one shared no-op context manager."""
+    done = _run(
+        """
+        from taskq import telemetry
+        from taskq.worker import telemetry as worker
+        assert not telemetry.tracing_on() and not telemetry.metrics_on()
+        send = telemetry.enqueue_span(["a"], 1)
+        assert send is telemetry.enqueue_span(["b"], 5)
+        with send as handle:
+            assert handle is None
+        assert worker.settle_span([]) is worker.settle_span([])
+        with worker.process_span({"id": "x", "queue": "q", "attempt": 1}, "a") as span:
+            assert span is None
+        assert worker.claim_started() == 0 and telemetry.acquire_started() == 0
+        worker.record_received(["q"], [{"queue": "q", "actor": "a"}], 0)
+        print("ok")
+        """
+    )
+    assert done.stdout.strip() == "ok"

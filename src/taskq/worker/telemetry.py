@@ -194,7 +194,8 @@ def process_span(row: dict[str, Any], actor: str, *, link: bool = False) -> Iter
     attributes[sc.MESSAGE_ID] = str(row["id"])
     attributes["taskq.actor"] = actor
     attributes["taskq.attempt"] = int(row["attempt"])
-    token = context.attach(base)  # the stored baggage is current for the actor
+    # The stored baggage is current for the actor; a job that stored nothing skips it.
+    token = context.attach(base) if carrier else None
     try:
         with _tracer.start_as_current_span(
             sc.span_name("process", queue),
@@ -207,7 +208,8 @@ def process_span(row: dict[str, Any], actor: str, *, link: bool = False) -> Iter
         ) as span:
             yield span
     finally:
-        context.detach(token)
+        if token is not None:
+            context.detach(token)
 
 
 _ERROR_KINDS = frozenset({"failed", "retry", "release"})
