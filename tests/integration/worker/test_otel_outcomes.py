@@ -24,7 +24,7 @@ from taskq.client import JobsClient
 from taskq.context import JobContext
 from taskq.db.tables import jobs
 from taskq.exceptions import Snooze
-from taskq.ratelimit import RateLimitRegistry, TokenBucket
+from taskq.ratelimit import ConcurrencyReservation, RateLimitRegistry, TokenBucket
 from taskq.retry import RetryPolicy
 from tests.support.otel import Otel, otel
 from tests.support.workers import running_worker, wait_until, worker_settings
@@ -33,6 +33,7 @@ FAST = RetryPolicy(
     max_attempts=3, base=timedelta(milliseconds=20), cap=timedelta(milliseconds=50), jitter=0
 )
 LIMIT = TokenBucket("otel_outcomes.limit", capacity=1, refill_per_second=20, backend="memory")
+SLOTS = ConcurrencyReservation("otel_outcomes.slots", slots=2, lease=30.0)
 
 seen: dict[tuple[str, int], dict[str, Any]] = {}
 """What each attempt saw, by ``(job id, attempt)``: its ``ctx.span`` id, baggage."""
@@ -70,7 +71,7 @@ async def broken(payload: Item, ctx: JobContext[Item]) -> None:
     raise KeyError("nope")
 
 
-@actor(name="otel_waiter")
+@actor(name="otel_waiter", reservations=[SLOTS])
 async def waiter(payload: Item, ctx: JobContext[Item]) -> None:
     _saw(ctx)
     async with asyncio.timeout(30):
@@ -140,6 +141,11 @@ async def test_every_ending_has_its_span_status_attributes_and_metrics(
             return await _status(engine, ids["otel_waiter"]) == "running"
 
         await wait_until(waiter_running)
+
+        async def slot_held() -> bool:  # the running waiter holds one of its two slots
+            return sdk.points("taskq.reservation.slots.held", reservation=SLOTS.name) == {(): 1}
+
+        await wait_until(slot_held)
         await client.cancel(ids["otel_waiter"])
 
         async def all_ended() -> bool:
