@@ -12,6 +12,13 @@ from the store's own timestamps: jobs / (last ``finished_at`` - first ``started_
 Pickup latency is ``started_at - created_at`` per job, both stamped by the store's clock.
 ``--compare`` adds procrastinate/pgqueuer rows measured by ``benchmarks/compare.py`` when
 their results file exists.
+
+    python benchmarks/throughput.py --otel             # drain with OpenTelemetry off vs on
+
+``--otel`` drains the same backlog with one worker process, alternately without an SDK
+and with one configured (``benchmarks/otel_worker.py``: spans and metrics on, exported
+to exporters that drop them), ``--repeat`` rounds of each, interleaved so that the
+machine's other load falls on both alike; it prints each round and the medians.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the benchmark's actors live in the test apps
     sys.path.insert(0, str(ROOT))
 APP = "tests.e2e.apps.basic:registry"
+OTEL_APP = "benchmarks.otel_worker:registry"
 ADMIN = os.environ.get(
     "TASKQ_BENCH_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 )
@@ -98,8 +106,11 @@ async def _enqueue_backlog(url: str, count: int) -> float:
     return count / elapsed
 
 
-def _spawn(url: str, concurrency: int, log: Path) -> subprocess.Popen[bytes]:
+def _spawn(
+    url: str, concurrency: int, log: Path, app: str = APP, extra: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     env = dict(os.environ)
+    env.update(extra or {})
     env.update(
         {
             "TASKQ_DATABASE_URL": url,
@@ -111,7 +122,7 @@ def _spawn(url: str, concurrency: int, log: Path) -> subprocess.Popen[bytes]:
         }
     )
     return subprocess.Popen(
-        [sys.executable, "-m", "taskq.worker", APP],
+        [sys.executable, "-m", "taskq.worker", app],
         cwd=ROOT,
         env=env,
         stdout=log.open("ab"),
@@ -166,7 +177,14 @@ def _wait_done(url: str, count: int, timeout: float) -> None:
         time.sleep(0.25)
 
 
-def drain(engine_kind: str, processes: int, backlog: int, concurrency: int) -> dict[str, float]:
+def drain(
+    engine_kind: str,
+    processes: int,
+    backlog: int,
+    concurrency: int,
+    app: str = APP,
+    extra: dict[str, str] | None = None,
+) -> dict[str, float]:
     """Backlog first, then workers: jobs/s from the store's first start to last finish."""
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
@@ -174,7 +192,7 @@ def drain(engine_kind: str, processes: int, backlog: int, concurrency: int) -> d
         try:
             asyncio.run(_setup(url))
             enqueue_rate = asyncio.run(_enqueue_backlog(url, backlog))
-            procs = [_spawn(url, concurrency, workdir / f"w{i}.log") for i in range(processes)]
+            procs = [_spawn(url, concurrency, workdir / f"w{i}.log", app) for i in range(processes)]
             try:
                 _wait_done(url, backlog, 600)
             finally:
@@ -232,6 +250,49 @@ def _median_of(runs: int, measure: Callable[..., dict[str, float]], *args: Any) 
     return {key: statistics.median(r[key] for r in results) for key in results[0]}
 
 
+SAMPLED = {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.01"}
+OTEL_SETUPS: tuple[tuple[str, str, dict[str, str]], ...] = (
+    ("otel on (all spans)", OTEL_APP, {}),
+    ("otel on, 1 % sampled", OTEL_APP, SAMPLED),
+    ("metrics only", OTEL_APP, {"TASKQ_BENCH_OTEL": "metrics"}),
+)
+"""The worker setups compared with no SDK: the same app with an SDK configured
+(``benchmarks/otel_worker.py``), all spans recorded; 1 % of traces sampled (read by the
+SDK from ``OTEL_TRACES_SAMPLER``); a meter provider and no tracer provider."""
+
+
+def otel_overhead(engine_kind: str, rounds: int, backlog: int, concurrency: int) -> None:
+    """Drain rate without OpenTelemetry and with each of :data:`OTEL_SETUPS`, rounds
+    interleaved (off, then each setup, then again); print every round and the medians."""
+    results: list[list[float]] = []
+    for _ in range(max(1, rounds)):
+        one = [drain(engine_kind, 1, backlog, concurrency)["drain"]]
+        for _label, app, extra in OTEL_SETUPS:
+            one.append(drain(engine_kind, 1, backlog, concurrency, app, extra)["drain"])
+        results.append(one)
+
+    def vs(value: float, base: float) -> str:
+        return f"{value:,.0f} ({(value / base - 1) * 100:+.1f} %)"
+
+    def row(label: str, values: list[float]) -> tuple[str, ...]:
+        return (label, f"{values[0]:,.0f}", *(vs(v, values[0]) for v in values[1:]))
+
+    header = ("round", "otel off (jobs/s)", *(label for label, _, _ in OTEL_SETUPS))
+    rows = [row(str(i + 1), values) for i, values in enumerate(results)]
+    rows.append(
+        row("median", [statistics.median(r[k] for r in results) for k in range(len(header) - 1)])
+    )
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    print(" | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
+    print("-+-".join("-" * w for w in widths))
+    for cells in rows:
+        print(" | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)))
+    print(
+        f"engine={engine_kind} backlog={backlog} concurrency={concurrency} "
+        f"cores={os.cpu_count()} one worker process, no-op jobs; rounds interleaved"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engine", choices=("postgres", "sqlite"), default="postgres")
@@ -248,7 +309,13 @@ def main() -> None:
         action="store_true",
         help="with --engine sqlite: do not add the Postgres row for comparison",
     )
+    parser.add_argument(
+        "--otel", action="store_true", help="drain with OpenTelemetry off vs on, and stop"
+    )
     args = parser.parse_args()
+    if args.otel:
+        otel_overhead(args.engine, args.repeat, args.backlog, args.concurrency)
+        return
 
     engines = [args.engine]
     if args.engine == "sqlite" and not args.no_reference:

@@ -63,7 +63,10 @@ class JobContext(Generic[P]):
     def __post_init__(self) -> None:
         if self.log is None:
             bound = structlog.get_logger("taskq.actor").bind(
-                job_id=str(self.job_id), actor=self.actor, attempt=self.attempt
+                job_id=str(self.job_id),
+                actor=self.actor,
+                attempt=self.attempt,
+                worker_id=str(self.worker_id),
             )
             object.__setattr__(self, "log", bound)
 

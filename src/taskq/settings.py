@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Literal, Self
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -145,6 +145,20 @@ class WorkerSettings(TaskQSettings):
         default=timedelta(seconds=2), description="How often coalesced progress is written."
     )
     log_level: str = Field(default="INFO", description="Worker log level (structlog).")
+    log_format: Literal["auto", "json", "console"] = Field(
+        default="auto",
+        description=(
+            "Worker log lines: JSON objects, or the console renderer; auto: JSON unless "
+            "stderr is a terminal. Ignored when the application configured structlog."
+        ),
+    )
+    otel_process_parent: Literal["parent", "link"] = Field(
+        default="parent",
+        description=(
+            "An attempt's process span: a child of the context stored at enqueue (parent), "
+            "or the root of a new trace linked to it (link)."
+        ),
+    )
     boot_retry_timeout: timedelta = Field(
         default=timedelta(seconds=60),
         description=(

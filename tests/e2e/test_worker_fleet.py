@@ -272,10 +272,10 @@ async def test_sigterm_during_long_async_and_sync_jobs(
         phases = [
             p
             for p in ("DRAINING", "CANCELLING", "FORCING", "RELEASING", "STOPPED")
-            if f"phase={p}" in text_log
+            if f'"phase": "{p}"' in text_log  # the worker logs JSON lines when piped
         ]
         assert phases == ["DRAINING", "CANCELLING", "FORCING", "RELEASING", "STOPPED"]
-        positions = [text_log.index(f"phase={p}") for p in phases]
+        positions = [text_log.index(f'"phase": "{p}"') for p in phases]
         assert positions == sorted(positions)
 
         rows = await support.job_rows(engine)
@@ -330,9 +330,9 @@ async def test_second_signal_escalates_and_a_live_thread_keeps_its_row_held(
         await wait_until(lambda: _count_status(engine, "running", 1), timeout=30)
 
         proc.send_signal(signal.SIGTERM)
-        await wait_until(lambda: _logged(log, "phase=CANCELLING"), timeout=10)
+        await wait_until(lambda: _logged(log, '"phase": "CANCELLING"'), timeout=10)
         proc.send_signal(signal.SIGTERM)  # skip the 30 s cooperative grace
-        await wait_until(lambda: _logged(log, "phase=RELEASING"), timeout=10)
+        await wait_until(lambda: _logged(log, '"phase": "RELEASING"'), timeout=10)
         proc.send_signal(signal.SIGTERM)  # ... and the 30 s forced grace
         code = proc.wait(timeout=3 + 5 + 5)
         assert code == 0

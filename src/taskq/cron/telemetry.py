@@ -1,4 +1,8 @@
-"""The cron metric: ``taskq.cron.ticks{schedule,actor,outcome}``.
+"""The cron metric, ``taskq.cron.ticks{schedule,actor,outcome}``, and the tick span.
+
+Each due schedule a ticker handles is an INTERNAL span ``cron tick`` (``taskq.schedule``,
+``taskq.actor``); the ``send`` span of the job it enqueues is its child, so a cron job's
+trace starts at its tick.
 
 One count per tick a worker's ticker handled: ``outcome`` is ``enqueued``,
 ``deduplicated``, ``refused:<reason>`` (``max_pending``, ``singleton``,
@@ -10,14 +14,33 @@ configured.
 
 from __future__ import annotations
 
-from taskq.telemetry import metrics_on
+import contextlib
+from typing import Any
 
-__all__ = ["record_ticks"]
+from taskq.telemetry import metrics_on, tracing_on
+
+__all__ = ["record_ticks", "tick_span"]
 
 try:
-    from opentelemetry import metrics
+    from opentelemetry import metrics, trace
+    from opentelemetry.trace import SpanKind
 except ImportError:  # pragma: no cover - the otel extra is optional
     metrics = None  # type: ignore[assignment]
+    trace = None  # type: ignore[assignment]
+
+_NO_SPAN: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+
+
+def tick_span(schedule: str, actor: str) -> contextlib.AbstractContextManager[Any]:
+    """The ``cron tick`` span of one due schedule (no-op while tracing is off)."""
+    if trace is None or not tracing_on():
+        return _NO_SPAN
+    return trace.get_tracer("taskq.cron").start_as_current_span(
+        "cron tick",
+        kind=SpanKind.INTERNAL,
+        attributes={"taskq.schedule": schedule, "taskq.actor": actor},
+    )
+
 
 _ticks = (
     metrics.get_meter("taskq").create_counter(

@@ -35,7 +35,7 @@ from taskq.clock import Clock
 from taskq.cron.missed import plan_ticks
 from taskq.cron.records import ScheduleRecord
 from taskq.cron.schedule import Schedule
-from taskq.cron.telemetry import record_ticks
+from taskq.cron.telemetry import record_ticks, tick_span
 from taskq.cron.ticks import tick_id
 from taskq.db.engine import transaction
 from taskq.db.queries import cron as q
@@ -112,7 +112,8 @@ class Ticker:
             nxt: datetime | None = record.next_run_at
             if record.next_run_at <= now:
                 try:
-                    nxt = await self._tick(record, now)
+                    with tick_span(record.id, record.actor):
+                        nxt = await self._tick(record, now)
                 except Exception as exc:  # one bad row never stops the others
                     _log.warning(
                         "cron-tick-failed", schedule=record.id, actor=record.actor, error=repr(exc)

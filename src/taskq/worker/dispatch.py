@@ -30,7 +30,13 @@ from taskq.settings import WorkerSettings
 from taskq.worker.execute import AttemptEnv, execute
 from taskq.worker.outcomes import Completer
 from taskq.worker.state import Outcome, RunningJob
-from taskq.worker.telemetry import attempt_span, mark_span, record_completed
+from taskq.worker.telemetry import (
+    claim_started,
+    mark_span,
+    process_span,
+    record_attempt,
+    record_received,
+)
 from taskq.worker.waiting import Gatekeeper, Plan
 
 if TYPE_CHECKING:
@@ -303,6 +309,7 @@ class Dispatcher:
             self._woken_by_release = False
             self.wake.clear()
             self._reserved += want
+            started = claim_started()
             try:
                 rows = await self.claim(want)
             except (DBAPIError, SQLAlchemyError, OSError) as exc:
@@ -313,6 +320,7 @@ class Dispatcher:
             finally:
                 self._reserved -= want
             backoff = 0.05
+            record_received(self._queues, rows, started)
             if not self.claiming:
                 # Shutdown began during the claim: run nothing, hand the rows back.
                 if self.gate is not None:
@@ -384,7 +392,8 @@ class Dispatcher:
 
     async def _run_job(self, job: RunningJob) -> None:
         try:
-            with attempt_span(job.row, job.ref.name) as span:
+            link = self.settings.otel_process_parent == "link"
+            with process_span(job.row, job.ref.name, link=link) as span:
                 job.span = span
                 outcome = await execute(job, self.env)
                 mark_span(span, outcome.kind, outcome.error_class)
@@ -404,7 +413,7 @@ class Dispatcher:
             self.lingering.add(job)
             asyncio.get_running_loop().create_task(self._reap(job))
         if not job.detached:
-            record_completed(job.ref.name, outcome.kind, time.monotonic() - job.claimed_mono)
+            record_attempt(job, outcome, time.monotonic() - job.claimed_mono)
             self.completer.submit(outcome)
 
     async def _reap(self, job: RunningJob) -> None:

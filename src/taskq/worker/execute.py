@@ -23,6 +23,7 @@ from taskq.exceptions import ReservationUnavailable, ScheduleToCloseTimeout, Sta
 from taskq.retry import decide_retry
 from taskq.worker.cancel import CANCEL_ABANDONED, CANCELLED_COOPERATIVELY, CANCELLED_FORCED
 from taskq.worker.state import Outcome, RunningJob
+from taskq.worker.telemetry import record_exception, record_throttled
 from taskq.worker.transactions import JobTransaction, JobTransactions, wants_transaction
 
 __all__ = ["AttemptEnv", "execute"]
@@ -191,6 +192,7 @@ async def execute(job: RunningJob, env: AttemptEnv) -> Outcome:
     except asyncio.CancelledError as exc:
         return _cancelled(job, exc, env)
     except ReservationUnavailable as exc:
+        record_throttled(job, exc)
         return Outcome(
             job,
             "snooze",
@@ -200,6 +202,7 @@ async def execute(job: RunningJob, env: AttemptEnv) -> Outcome:
             delay_s=exc.retry_after.total_seconds(),
         )
     except Exception as exc:
+        record_exception(job.span, exc)
         if job.cancel_reason == "job":
             return _cancelled(job, exc, env)
         return _failure(job, exc, timed_out)

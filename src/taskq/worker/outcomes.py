@@ -37,6 +37,7 @@ from taskq.db.queries import worker as wq
 from taskq.storable_json import storable_text
 from taskq.worker.shutdown import pause
 from taskq.worker.state import Outcome
+from taskq.worker.telemetry import settle_span
 
 __all__ = ["NOT_STORABLE", "Completer", "run_hook"]
 
@@ -173,7 +174,8 @@ class Completer:
             batch = self._buffer[:_MAX_BATCH]
             dropped: list[Outcome] = []
             try:
-                await self._write_isolating(batch, dropped)
+                with settle_span(batch):
+                    await self._write_isolating(batch, dropped)
             except (DBAPIError, SQLAlchemyError, OSError) as exc:
                 _log.warning("worker-complete-failed", error=str(exc), batch=len(batch))
                 self._drop_stale()
@@ -308,8 +310,9 @@ class Completer:
             "b_has_progress": 1 if job.progress is not None else 0,
             "b_progress": job.progress,
         }
-        await conn.execute(self._record, params)
-        finished = await conn.execute(self._finish, params)
+        with settle_span((outcome,)):
+            await conn.execute(self._record, params)
+            finished = await conn.execute(self._finish, params)
         return finished.rowcount == 1
 
     def _after_commit(self, outcome: Outcome) -> None:

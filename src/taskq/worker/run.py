@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import logging
 import os
 import signal
 import socket
@@ -37,6 +36,8 @@ from taskq.db.dialect import async_url, traits
 from taskq.db.engine import make_engine, transaction, with_schema
 from taskq.db.queries import worker as wq
 from taskq.di import ProviderRegistry
+from taskq.logs import LogFormat
+from taskq.logs import configure_logging as _configure_logging
 from taskq.settings import WorkerSettings
 from taskq.telemetry import metrics_on
 from taskq.worker.boot import retry_boot_step
@@ -52,7 +53,7 @@ from taskq.worker.shutdown import WATCHDOG_TAIL_S, Phase, ShutdownState, Watchdo
 from taskq.worker.state import Outcome, RunningJob
 from taskq.worker.subjobs import AutonomousCounter, SubJobs
 from taskq.worker.sweep import Sweeper
-from taskq.worker.telemetry import publish_queue_depth
+from taskq.worker.telemetry import publish_queue_depth, watch_slots
 from taskq.worker.transactions import JobTransactions
 
 if TYPE_CHECKING:
@@ -158,6 +159,7 @@ class Worker:
             env_factory=self._env,
             wake=self.wake,
         )
+        watch_slots(self, lambda: self.limits.held_slots(tuple(self.dispatcher.inflight)))
         if self.progress.publishing:  # progress-stream state events (Redis only)
             self.dispatcher.on_start = self.progress.running
             self.dispatcher.completer.on_event = self.progress.ended
@@ -539,6 +541,7 @@ class Worker:
             await self.transactions.close()
         await self.deps.close()
         await self.dispatcher.close()
+        watch_slots(self, None)
         await self.limits.close()
         with contextlib.suppress(Exception):
             await self.progress.close()
@@ -548,14 +551,9 @@ class Worker:
             await self.engine.dispose()
 
 
-def configure_logging(level: str) -> None:
-    """Filter structlog at ``level`` unless the application configured structlog itself."""
-    if structlog.is_configured():
-        return
-    structlog.configure(
-        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level)),
-        cache_logger_on_first_use=True,
-    )
+def configure_logging(level: str, fmt: LogFormat = "auto") -> None:
+    """The worker's logging (:func:`taskq.logs.configure_logging`)."""
+    _configure_logging(level, fmt)
 
 
 def worker_main(
@@ -574,7 +572,7 @@ def worker_main(
     """
     resolved = settings or WorkerSettings.load()
     actors = resolve_actors(actor_registry)
-    configure_logging(resolved.log_level)
+    configure_logging(resolved.log_level, resolved.log_format)
 
     async def main() -> int:
         worker = Worker(

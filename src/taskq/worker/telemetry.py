@@ -1,100 +1,350 @@
-"""OpenTelemetry for the worker: a span per attempt, and the job metrics.
+"""OpenTelemetry for the worker: receive, process and settle spans, and the job metrics.
 
-The attempt span (``taskq.attempt``) is a child of the trace context stored on the job
-row at enqueue (the ``taskq.enqueue`` span, see :mod:`taskq.telemetry`), so a job's work
-shows up under the request that enqueued it. Metrics:
-``taskq.jobs.completed{actor,status}``, ``taskq.job.duration{actor}`` (seconds),
-``taskq.jobs.reclaimed{actor,disposition}`` and ``taskq.queue.depth{queue,status}`` (jobs
-waiting to run, ``pending`` or ``scheduled``, per queue: read by the fleet's leader at
-each sweep and reported by it alone, so the fleet reports each queue once). Without the ``otel`` extra everything here
-is a no-op, and so it is with the API but no SDK configured (``tracing_on`` and
-``metrics_on`` of :mod:`taskq.telemetry`).
+On OpenTelemetry's messaging conventions (:mod:`taskq.otel_semconv`):
+
+- ``receive {queue}`` (CLIENT): one per claim that returned jobs, with
+  ``messaging.batch.message_count``; an empty poll makes no span.
+- ``process {queue}`` (CONSUMER): one per attempt, the parent of everything the actor
+  does (``ctx.span``). Its parent is the context stored on the job at enqueue (the
+  ``send`` span), or, with ``otel_process_parent="link"``, a new trace linked to it; the
+  baggage stored with the job is current either way. It links to its ``receive`` span.
+  Attributes: ``taskq.actor``, ``taskq.attempt``, ``taskq.outcome``, ``error.type``; the
+  actor's exception is recorded as an event.
+- ``settle {queue}``: each batched terminal write, linked to the attempts it settles.
+
+Metrics: ``messaging.client.consumed.messages``, ``messaging.client.operation.duration``
+(receive, settle), ``messaging.process.duration`` (with ``taskq.actor``);
+``taskq.jobs.completed{actor,status}`` and ``taskq.job.retries{actor,queue}`` (counted per
+settled batch),
+``taskq.job.queue_latency{actor,queue}`` (time a ready job waited for a worker),
+``taskq.job.throttled.duration{primitive,actor,queue}`` (time a job was put back by a
+denied limit), ``taskq.jobs.reclaimed{actor,disposition}``, ``taskq.queue.depth{queue,status}``
+(read by the fleet's leader at each sweep and reported by it alone, so the fleet reports
+each queue once) and ``taskq.reservation.slots.held{reservation}``. Without the ``otel``
+extra everything here is a no-op, and so it is with the API but no SDK configured
+(``tracing_on`` and ``metrics_on`` of :mod:`taskq.telemetry`).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
-from taskq.telemetry import metrics_on, tracing_on
+from taskq import otel_semconv as sc
+from taskq.telemetry import denied_primitive, metrics_on, record_operation, tracing_on
 
-__all__ = ["attempt_span", "publish_queue_depth", "record_completed", "record_reclaimed"]
+__all__ = [
+    "claim_started",
+    "mark_span",
+    "process_span",
+    "publish_queue_depth",
+    "record_attempt",
+    "record_exception",
+    "record_received",
+    "record_reclaimed",
+    "record_throttled",
+    "settle_span",
+    "watch_slots",
+]
 
 _depth: dict[tuple[str, str], int] = {}
 """The leader's last reading of the queue depth, by ``(queue, status)``."""
 _depth_owner: list[object] = []
 """The worker whose reading ``_depth`` is (none, or one: the process's leader)."""
+_slot_sources: dict[int, Callable[[], Iterable[Any]]] = {}
+"""Each running worker's held reservation slots (``SlotHold``), by ``id(worker)``."""
 
 try:
-    from opentelemetry import metrics, trace
+    from opentelemetry import baggage, context, metrics, trace
     from opentelemetry.propagate import extract
-    from opentelemetry.trace import Status, StatusCode
+    from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 except ImportError:  # pragma: no cover - the otel extra is optional
     trace = None  # type: ignore[assignment]
+
+_RX = "_otel_receive"
+"""The row key under which a claimed row carries its receive span's context."""
 
 if trace is not None:
     _tracer = trace.get_tracer("taskq.worker")
     _meter = metrics.get_meter("taskq.worker")
     _completed = _meter.create_counter("taskq.jobs.completed", description="Attempts ended")
-    _duration = _meter.create_histogram("taskq.job.duration", unit="s", description="Attempt time")
     _reclaimed = _meter.create_counter("taskq.jobs.reclaimed", description="Expired leases swept")
+    _consumed = _meter.create_counter(
+        "messaging.client.consumed.messages", unit="{message}", description="Jobs claimed"
+    )
+    _process = _meter.create_histogram(
+        "messaging.process.duration",
+        unit="s",
+        description="Duration of one attempt",
+        explicit_bucket_boundaries_advisory=sc.DURATION_BUCKETS,
+    )
+    _retries = _meter.create_counter(
+        "taskq.job.retries", unit="{retry}", description="Attempts that ended in a retry"
+    )
+    _latency = _meter.create_histogram(
+        "taskq.job.queue_latency",
+        unit="s",
+        description="Time a ready job waited for a worker (from its scheduled time to its claim)",
+        explicit_bucket_boundaries_advisory=sc.DURATION_BUCKETS,
+    )
+    _throttled = _meter.create_histogram(
+        "taskq.job.throttled.duration",
+        unit="s",
+        description="Time a job was put back because a limit denied it",
+        explicit_bucket_boundaries_advisory=sc.DURATION_BUCKETS,
+    )
 
     def _observe_depth(options: metrics.CallbackOptions) -> Iterator[metrics.Observation]:
         for (queue, status), count in list(_depth.items()):
             yield metrics.Observation(count, {"queue": queue, "status": status})
+
+    def _observe_slots(options: metrics.CallbackOptions) -> Iterator[metrics.Observation]:
+        held: Counter[str] = Counter()
+        for source in list(_slot_sources.values()):
+            for hold in source():
+                reservation = hold.reservation
+                held[str(getattr(reservation, "metrics_name", None) or reservation.name)] += 1
+        for name, count in held.items():
+            yield metrics.Observation(count, {"reservation": name})
 
     _meter.create_observable_gauge(
         "taskq.queue.depth",
         callbacks=[_observe_depth],
         description="Jobs waiting to run (pending or scheduled), per queue",
     )
+    _meter.create_observable_up_down_counter(
+        "taskq.reservation.slots.held",
+        callbacks=[_observe_slots],
+        unit="{slot}",
+        description="Reservation slots this process's running jobs hold",
+    )
+
+
+# -- receive ------------------------------------------------------------------------
+
+
+def claim_started() -> int:
+    """When a claim began (``time_ns``); 0 when neither tracing nor metrics is on."""
+    return time.time_ns() if tracing_on() or metrics_on() else 0
+
+
+def record_received(queues: Sequence[str], rows: Sequence[dict[str, Any]], started_ns: int) -> None:
+    """The ``receive`` span and metrics of one claim of ``rows`` (none when it was empty)."""
+    if not started_ns or not rows:
+        return
+    by_queue = Counter(str(row["queue"]) for row in rows)
+    if tracing_on():
+        names = set(by_queue) if by_queue else set(queues)
+        one = next(iter(names)) if len(names) == 1 else None
+        attributes = sc.span_attributes("receive", one)
+        attributes[sc.BATCH_COUNT] = len(rows)
+        span = _tracer.start_span(
+            sc.span_name("receive", names),
+            kind=SpanKind.CLIENT,
+            start_time=started_ns,
+            attributes=attributes,
+        )
+        span.end()
+        receive = span.get_span_context()
+        for row in rows:
+            row[_RX] = receive
+    if metrics_on():
+        seconds = (time.time_ns() - started_ns) / 1e9
+        now = datetime.now(UTC)
+        for queue, n in by_queue.items():
+            _consumed.add(n, sc.metric_attributes("receive", queue))
+            record_operation("receive", queue, seconds)
+        for row in rows:
+            ready: datetime | None = row.get("scheduled_at")
+            if ready is not None:
+                waited = max(0.0, (now - ready).total_seconds())
+                _latency.record(waited, {"actor": row["actor"], "queue": row["queue"]})
+
+
+# -- process ------------------------------------------------------------------------
 
 
 @contextlib.contextmanager
-def attempt_span(row: dict[str, Any], actor: str) -> Iterator[Any]:
-    """A ``taskq.attempt`` span around one attempt, parented by the enqueuer's context."""
+def process_span(row: dict[str, Any], actor: str, *, link: bool = False) -> Iterator[Any]:
+    """The ``process {queue}`` span of one attempt, current while it runs (``None`` when
+    tracing is off). ``link``: a new trace linked to the creation context, not its child."""
     if not tracing_on():
         yield None  # no SDK configured: skip even OpenTelemetry's no-op span machinery
         return
     carrier = row.get("trace_context")
-    parent = extract(carrier) if carrier else None
-    attributes: dict[str, str | int] = {
-        "taskq.job_id": str(row["id"]),
-        "taskq.actor": actor,
-        "taskq.queue": str(row.get("queue")),
-        "taskq.attempt": int(row["attempt"]),
-    }
-    with _tracer.start_as_current_span(
-        "taskq.attempt", context=parent, attributes=attributes, record_exception=False
-    ) as span:
-        yield span
+    creation = extract(carrier) if carrier else context.Context()
+    links = []
+    receive = row.get(_RX)
+    if receive is not None:
+        links.append(Link(receive))
+    base = creation
+    if link:
+        created = trace.get_current_span(creation).get_span_context()
+        if created.is_valid:
+            links.append(Link(created, {"taskq.link": "creation"}))
+        base = context.Context()
+        for key, value in baggage.get_all(creation).items():
+            base = baggage.set_baggage(key, value, base)
+    queue = str(row.get("queue"))
+    attributes = sc.span_attributes("process", queue)
+    attributes[sc.MESSAGE_ID] = str(row["id"])
+    attributes["taskq.actor"] = actor
+    attributes["taskq.attempt"] = int(row["attempt"])
+    # The stored baggage is current for the actor; a job that stored nothing skips it.
+    token = context.attach(base) if carrier else None
+    try:
+        with _tracer.start_as_current_span(
+            sc.span_name("process", queue),
+            context=base,
+            kind=SpanKind.CONSUMER,
+            attributes=attributes,
+            links=links,
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            yield span
+    finally:
+        if token is not None:
+            context.detach(token)
+
+
+_ERROR_KINDS = frozenset({"failed", "retry", "release"})
 
 
 def mark_span(span: Any, kind: str, error_class: str | None) -> None:
-    """Stamp the attempt's outcome on its span (error status for failures)."""
+    """Stamp the attempt's outcome on its span: ``error.type`` and an error status for an
+    attempt that failed (``failed``, ``retry``, a ``release`` by the worker); a snooze or
+    a cancel is not an error (the cancel's mode is ``taskq.cancel``)."""
     if span is None or trace is None:
         return
     span.set_attribute("taskq.outcome", kind)
-    if error_class is not None:
-        span.set_attribute("taskq.error_class", error_class)
-    if kind in ("failed", "retry"):
-        span.set_status(Status(StatusCode.ERROR, error_class or ""))
+    if error_class is None:
+        return
+    if kind in _ERROR_KINDS:
+        span.set_attribute(sc.ERROR_TYPE, error_class)
+        span.set_status(Status(StatusCode.ERROR, error_class))
+    elif kind == "cancelled":
+        span.set_attribute("taskq.cancel", error_class)
+    elif kind == "snooze":
+        span.set_attribute("taskq.snooze", error_class)
 
 
-def record_completed(actor: str, status: str, seconds: float | None) -> None:
-    """Count one ended attempt (and its duration when known)."""
+def record_exception(span: Any, exc: BaseException) -> None:
+    """Record what the actor raised on its process span (an ``exception`` event)."""
+    if span is not None:
+        span.record_exception(exc)
+
+
+def record_throttled(job: Any, exc: Any) -> None:
+    """A limit denied ``job`` (``ReservationUnavailable``): it goes back for
+    ``exc.retry_after``. Counted in ``taskq.job.throttled.duration{primitive}`` and
+    stamped on the process span."""
+    primitive = denied_primitive()
+    seconds = exc.retry_after.total_seconds()
+    span = job.span
+    if span is not None:
+        span.set_attribute("taskq.throttled.bucket", exc.bucket_name)
+        span.set_attribute("taskq.throttled.primitive", primitive)
+        span.set_attribute("taskq.throttled.retry_after_s", seconds)
+    if metrics_on():
+        _throttled.record(
+            seconds, {"primitive": primitive, "actor": job.ref.name, "queue": job.row["queue"]}
+        )
+
+
+def record_attempt(job: Any, outcome: Any, seconds: float) -> None:
+    """``messaging.process.duration`` of one ended attempt (with its actor and, for a
+    failed one, ``error.type``). The counts (``taskq.jobs.completed``, retries) are
+    added per settled batch (:func:`settle_span`): one histogram point per attempt is
+    the whole per-job metric cost."""
     if not metrics_on():
         return
-    _completed.add(1, {"actor": actor, "status": status})
-    if seconds is not None:
-        _duration.record(seconds, {"actor": actor})
+    attributes = sc.metric_attributes(
+        "process",
+        job.row["queue"],
+        outcome.error_class if outcome.kind in _ERROR_KINDS else None,
+    )
+    attributes["taskq.actor"] = job.ref.name
+    _process.record(seconds, attributes)
+
+
+def _count_settled(outcomes: Sequence[Any]) -> None:
+    ended: Counter[tuple[str, str]] = Counter()
+    retried: Counter[tuple[str, str]] = Counter()
+    for outcome in outcomes:
+        job = outcome.job
+        ended[(job.ref.name, outcome.kind)] += 1
+        if outcome.kind == "retry":
+            retried[(job.ref.name, str(job.row["queue"]))] += 1
+    for (actor, status), n in ended.items():
+        _completed.add(n, {"actor": actor, "status": status})
+    for (actor, queue), n in retried.items():
+        _retries.add(n, {"actor": actor, "queue": queue})
+
+
+# -- settle -------------------------------------------------------------------------
+
+_NO_SPAN: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+
+
+def settle_span(outcomes: Sequence[Any]) -> contextlib.AbstractContextManager[Any]:
+    """The ``settle {queue}`` span around one terminal write of ``outcomes``, linked to
+    their process spans, and its ``messaging.client.operation.duration``."""
+    if not tracing_on() and not metrics_on():
+        return _NO_SPAN
+    return _settle_span(outcomes)
+
+
+@contextlib.contextmanager
+def _settle_span(outcomes: Sequence[Any]) -> Iterator[Any]:
+    queues = {str(o.job.row["queue"]) for o in outcomes}
+    one = next(iter(queues)) if len(queues) == 1 else None
+    started = time.perf_counter()
+    if tracing_on():
+        attributes = sc.span_attributes("settle", one)
+        if len(outcomes) == 1:
+            attributes[sc.MESSAGE_ID] = str(outcomes[0].job.id)
+        else:
+            attributes[sc.BATCH_COUNT] = len(outcomes)
+        links = [
+            Link(o.job.span.get_span_context()) for o in outcomes[:128] if o.job.span is not None
+        ]
+        with _tracer.start_as_current_span(
+            sc.span_name("settle", queues),
+            context=context.Context(),
+            kind=SpanKind.CLIENT,
+            attributes=attributes,
+            links=links,
+        ) as span:
+            yield span
+    else:
+        yield None
+    # Counted once written: a write that raised is retried, and counted then.
+    if metrics_on():
+        record_operation("settle", one, time.perf_counter() - started)
+        _count_settled(outcomes)
+
+
+# -- the fleet ----------------------------------------------------------------------
 
 
 def record_reclaimed(actor: str, disposition: str) -> None:
     """Count one row the sweep took back from a worker presumed dead."""
     if metrics_on():
         _reclaimed.add(1, {"actor": actor, "disposition": disposition})
+
+
+def watch_slots(worker: object, source: Callable[[], Iterable[Any]] | None) -> None:
+    """Report the reservation slots ``worker`` holds (``source`` lists its ``SlotHold``s)
+    in ``taskq.reservation.slots.held``; ``None`` stops (the worker stopped)."""
+    if source is None:
+        _slot_sources.pop(id(worker), None)
+    else:
+        _slot_sources[id(worker)] = source
 
 
 def publish_queue_depth(worker: object, rows: Iterable[tuple[str, str, int]] | None) -> None:

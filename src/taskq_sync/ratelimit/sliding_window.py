@@ -31,7 +31,7 @@ from taskq.ratelimit._memory import MemoryGcra, MemoryLog
 from taskq.ratelimit.decision import RateLimitDecision, RateLimitState, SlidingWindowStyle
 from taskq.ratelimit.refs import validate_backend
 from taskq.settings import TaskQSettings
-from taskq.telemetry import record_decision
+from taskq.telemetry import acquire_started, record_decision
 from taskq_sync.db.engine import with_schema
 from taskq_sync.ratelimit import _redis_utils as rru
 from taskq_sync.ratelimit import _sql
@@ -143,14 +143,15 @@ class SlidingWindow:
 
         ``clock`` drives the memory backend only (``RuntimeError`` there without it).
         Redis: one ``EVALSHA`` with the arguments encoded at construction; the fallback
-        machinery runs only when Redis raised. Counted in ``taskq.ratelimit.decisions``
-        under :attr:`metrics_name` (:mod:`taskq.telemetry`).
+        machinery runs only when Redis raised. Counted in ``taskq.rate_limit.decisions``
+        under :attr:`metrics_name`, and traced (:mod:`taskq.telemetry`).
         """
+        started = acquire_started()
         if self.backend == "memory":  # no I/O: not one more coroutine per acquire
             taken = self._take_memory(clock)
         else:
             taken = self._take_stored(redis_client, pg_pool, settings)
-        record_decision(self.metrics_name, taken)
+        record_decision(self.metrics_name, taken, started, "sliding_window")
         return taken
 
     def _take_memory(self, clock: Clock | None) -> RateLimitDecision:

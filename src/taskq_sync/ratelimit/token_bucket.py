@@ -29,7 +29,7 @@ from taskq.ratelimit._memory import MemoryTokenBucket
 from taskq.ratelimit.decision import RateLimitDecision, RateLimitState
 from taskq.ratelimit.refs import validate_backend
 from taskq.settings import TaskQSettings
-from taskq.telemetry import record_decision
+from taskq.telemetry import acquire_started, record_decision
 from taskq_sync.db.engine import with_schema
 from taskq_sync.ratelimit import _redis_utils as rru
 from taskq_sync.ratelimit import _sql
@@ -147,16 +147,17 @@ class TokenBucket:
         ``clock`` drives the memory backend only; Redis and Postgres use their own clock.
         Redis: one ``EVALSHA`` with the arguments encoded at construction; the fallback
         machinery runs only when Redis raised. Postgres: one statement (see ``_sql``).
-        Counted in ``taskq.ratelimit.decisions`` under :attr:`metrics_name`
+        Counted in ``taskq.rate_limit.decisions`` under :attr:`metrics_name`
         (:mod:`taskq.telemetry`).
         """
+        started = acquire_started()
         if count.__class__ is not float or not 0.0 < count <= self.capacity:
             count = check_count(count, self.capacity)
         if self.backend == "memory":  # no I/O: not one more coroutine per acquire
             taken = self._take_memory(count, clock)
         else:
             taken = self._take_stored(count, redis_client, pg_pool, settings)
-        record_decision(self.metrics_name, taken)
+        record_decision(self.metrics_name, taken, started, "token_bucket")
         return taken
 
     def _take_memory(self, count: float, clock: Clock | None) -> RateLimitDecision:

@@ -263,3 +263,33 @@ async def test_without_a_clock_the_ticker_goes_by_the_stores(engine: AsyncEngine
     keys = [r.idempotency_key for r in await cron_jobs(engine)]
     assert len(keys) == len(set(keys))
     assert keys[0] >= f"cron:{tick_id(created.next_run_at)}:store-clock"
+
+
+async def test_a_tick_is_a_span_and_its_job_is_sent_inside_it(
+    engine: AsyncEngine, clock: FakeClock
+) -> None:
+    """The ``cron tick`` span is the parent of the ``send`` span of the job it enqueued,
+    and that job's stored trace context points at the ``send`` span: a cron job's trace
+    starts at its tick."""
+    telemetry = otel()
+    telemetry.spans.clear()
+    sid = f"traced-{engine.dialect.name}"
+    await schedules(engine, clock).create(tick, Schedule(every=timedelta(minutes=1), id=sid))
+    clock.advance(timedelta(minutes=1))
+    await ticker(engine, clock, tick).run_once()
+    spans = telemetry.spans.get_finished_spans()
+    [tick_span] = [
+        s
+        for s in spans
+        if s.name == "cron tick" and dict(s.attributes or {})["taskq.schedule"] == sid
+    ]
+    assert dict(tick_span.attributes or {})["taskq.actor"] == tick.name
+    [send] = [
+        s
+        for s in spans
+        if s.name.startswith("send")
+        and s.parent is not None
+        and s.parent.span_id == tick_span.context.span_id
+    ]
+    [job] = await cron_jobs(engine)
+    assert dict(send.attributes or {})["messaging.message.id"] == str(job.id)

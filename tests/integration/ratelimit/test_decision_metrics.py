@@ -1,4 +1,4 @@
-"""``taskq.ratelimit.decisions{bucket,backend,allowed}``: one per acquire, on every backend,
+"""``taskq.rate_limit.decisions{bucket,backend,allowed}``: one per acquire, on every backend,
 a keyed bucket under its base name, the Postgres fallback under ``postgres``; async and
 sync (see ``taskq.telemetry``)."""
 
@@ -24,7 +24,7 @@ from tests.support.otel import Otel, otel
 
 pytestmark = pytest.mark.integration
 
-METRIC = "taskq.ratelimit.decisions"
+METRIC = "taskq.rate_limit.decisions"
 
 
 class Tenant(BaseModel):

@@ -1,4 +1,4 @@
-"""The attempt span is a child of the span that enqueued the job (``taskq.enqueue``,
+"""The process span is a child of the span that enqueued the job (``send {queue}``,
 itself a child of the caller's span); the leader reports ``taskq.queue.depth``."""
 
 from __future__ import annotations
@@ -37,19 +37,19 @@ async def test_attempt_span_continues_the_enqueuers_trace(
     trace_id = request_span.get_span_context().trace_id
 
     async def attempt_exported() -> bool:
-        return any(s.name == "taskq.attempt" for s in exporter.get_finished_spans())
+        return any(s.name == "process default" for s in exporter.get_finished_spans())
 
     async with running_worker(worker_settings(engine_url), basic.registry):
         await wait_until(attempt_exported)
-    [span] = [s for s in exporter.get_finished_spans() if s.name == "taskq.attempt"]
-    [enqueue] = [s for s in exporter.get_finished_spans() if s.name == "taskq.enqueue"]
+    [span] = [s for s in exporter.get_finished_spans() if s.name == "process default"]
+    [enqueue] = [s for s in exporter.get_finished_spans() if s.name == "send default"]
     attributes: Any = span.attributes
     assert span.context.trace_id == trace_id
     assert span.parent is not None
     assert span.parent.span_id == enqueue.context.span_id
     assert enqueue.parent is not None
     assert enqueue.parent.span_id == request_span.get_span_context().span_id
-    assert attributes["taskq.job_id"] == str(handle.job_id)
+    assert attributes["messaging.message.id"] == str(handle.job_id)
     assert attributes["taskq.outcome"] == "succeeded"
 
 

@@ -71,6 +71,7 @@ CLAIM_COLUMNS: Final = (
     jobs.c.schedule_to_close_s,
     jobs.c.deadline_at,
     jobs.c.created_at,
+    jobs.c.scheduled_at,
     jobs.c.started_at,
     jobs.c.cancel_phase,
     jobs.c.progress_seq,
