@@ -27,6 +27,7 @@ from taskq.actor import ActorRef
 from taskq.db.engine import transaction
 from taskq.db.queries import dispatch as dq
 from taskq.settings import WorkerSettings
+from taskq.worker.claimed import decode_claimed
 from taskq.worker.execute import AttemptEnv, execute
 from taskq.worker.outcomes import Completer
 from taskq.worker.state import Outcome, RunningJob
@@ -242,11 +243,21 @@ class Dispatcher:
 
     def _start(self, row: dict[str, Any], *, start: bool = True) -> None:
         ref = self.actors[row["actor"]]
+        problem = decode_claimed(row)
         if ref.name in self.stored_ttl:
             row["_result_ttl_s"] = self.stored_ttl[ref.name]
         job = RunningJob(row=row, ref=ref, worker_id=self.worker_id)
         self.inflight[job.id] = job
         self.claimed_total += 1
+        if problem is not None:  # fail this row unrun; the rest of the batch runs
+            _log.error(
+                "worker-job-undecodable", job_id=str(job.id), actor=ref.name, error=str(problem)
+            )
+            error_class = type(problem).__name__
+            self.completer.submit(
+                Outcome(job, "failed", "failed", error_class=error_class, error=str(problem))
+            )
+            return
         if not start:
             job.cancel_reason = "shutdown"
             self.completer.submit(
