@@ -357,10 +357,14 @@ class Worker:
     # -- life cycle -----------------------------------------------------------------
 
     def install_signals(self) -> None:
-        """Route SIGTERM/SIGINT to the shutdown state (first starts it, later ones escalate)."""
+        """Route SIGTERM/SIGINT to the shutdown state (first starts it, later ones escalate);
+        SIGCONT (resumed after a stop) to :meth:`Heartbeat.isolate_lapsed`."""
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.state.signal, sig.name)
+        # Resumed after SIGSTOP: stop the jobs whose leases lapsed during the freeze
+        # before their own callbacks (timers that came due meanwhile) run.
+        loop.add_signal_handler(signal.SIGCONT, self.heartbeat.isolate_lapsed, "resumed")
 
     async def run(self) -> int:
         """Boot, run until a shutdown signal, shut down; returns the process exit code."""

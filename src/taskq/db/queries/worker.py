@@ -40,6 +40,7 @@ __all__ = [
     "finish_worker",
     "flush_progress",
     "heartbeat_worker",
+    "held_jobs",
     "queue_caps",
     "register_worker",
     "release_jobs",
@@ -105,15 +106,36 @@ def finish_worker(dialect_name: str, worker_id: UUID, status: str = "stopped") -
 
 
 def renew_job_leases(dialect_name: str, worker_id: UUID, lease_s: float) -> Update:
-    """Extend the lease of this worker's running rows listed in ``ids`` (expanding param)."""
+    """Extend the lease of this worker's running rows listed in ``ids`` (expanding param),
+    RETURNING ``(id, attempt)`` of each row renewed.
+
+    A row another transaction has locked is skipped (``FOR UPDATE SKIP LOCKED`` on
+    Postgres), never waited for: the rows being locked are the worker's own outcome write
+    (finishing them, so they need no lease), and a renewal that waited on it while the
+    write waited on a row the renewal had locked was a deadlock. :func:`held_jobs` tells a
+    skipped row still ours from one lost.
+    """
+    mine: Select[Any] = select(jobs.c.id).where(
+        jobs.c.locked_by == worker_id,
+        jobs.c.status == _RUNNING,
+        jobs.c.id.in_(bindparam("ids", expanding=True)),
+    )
+    mine = mine.with_for_update(skip_locked=True)
     return (
         update(jobs)
-        .where(
-            jobs.c.locked_by == worker_id,
-            jobs.c.status == _RUNNING,
-            jobs.c.id.in_(bindparam("ids", expanding=True)),
-        )
+        .where(jobs.c.id.in_(mine.scalar_subquery()))
         .values(lease_expires_at=now_plus(dialect_name, _secs(lease_s)))
+        .returning(jobs.c.id, jobs.c.attempt)
+    )
+
+
+def held_jobs(worker_id: UUID) -> Select[Any]:
+    """``(id, attempt)`` of the rows in ``ids`` (expanding) still running under this
+    worker: a plain read, which no row lock blocks (the renewal's skipped rows)."""
+    return select(jobs.c.id, jobs.c.attempt).where(
+        jobs.c.locked_by == worker_id,
+        jobs.c.status == _RUNNING,
+        jobs.c.id.in_(bindparam("ids", expanding=True)),
     )
 
 
