@@ -110,3 +110,45 @@ async def test_a_job_whose_lease_lapsed_by_the_local_clock_is_stopped_first(
         await asyncio.wait([job.task], timeout=20)
         assert job.task.cancelled() or job.task.done()
         assert job.cancel_reason == "isolated"
+
+
+async def test_an_outcome_outliving_the_lease_in_an_outage_is_still_written(
+    pg_url: URL, settings: TaskQSettings
+) -> None:
+    """The completer cannot reach the store for longer than the lease while the rows stay
+    the worker's (its heartbeat still renews them): the outcome is written afterwards, not
+    dropped (a dropped one would be reclaimed and run a second time)."""
+    engine = make_engine(pg_url, settings=settings)
+    unreachable = make_engine("postgresql://postgres@127.0.0.1:1/nowhere", settings=settings)
+    try:
+        client = JobsClient(SqlBackend(engine, settings=settings))
+        handle = await client.enqueue(basic.sleep_async, basic.Work(seconds=0.5))
+        conf = worker_settings(pg_url, lock_lease=1.0, heartbeat_interval=0.1, sweep_interval=0.2)
+        async with running_worker(conf, basic.registry) as worker:
+            completer = worker.dispatcher.completer
+            await wait_until(lambda: _running(engine, handle.job_id))
+            completer._engine = unreachable
+            await wait_until(lambda: _pending(completer), timeout=20)
+            await asyncio.sleep(3.0)  # three leases of failed writes
+            completer._engine = engine
+            await wait_until(lambda: _ended(engine, handle.job_id), timeout=30)
+        async with engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    select(jobs.c.status, jobs.c.attempt).where(jobs.c.id == handle.job_id)
+                )
+            ).one()
+        assert tuple(row) == ("succeeded", 1)
+    finally:
+        await unreachable.dispose()
+        await engine.dispose()
+
+
+async def _pending(completer: Any) -> bool:
+    return bool(completer.pending)
+
+
+async def _ended(engine: AsyncEngine, job_id: Any) -> bool:
+    async with engine.connect() as conn:
+        status = await conn.scalar(select(jobs.c.status).where(jobs.c.id == job_id))
+    return status == "succeeded"
