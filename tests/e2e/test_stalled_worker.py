@@ -14,6 +14,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.engine import URL
 
@@ -37,7 +38,11 @@ async def test_a_worker_resumed_after_its_lease_stops_the_jobs_it_lost(
     procs: list[subprocess.Popen[bytes]],
 ) -> None:
     engine = make_engine(pg_url, settings=settings)
-    conf = {"lock_lease": LEASE_S, "max_concurrency": 5, "cancellation_grace_period": 1}
+    conf: dict[str, Any] = {
+        "lock_lease": LEASE_S,
+        "max_concurrency": 5,
+        "cancellation_grace_period": 1,
+    }
     try:
         client = JobsClient(SqlBackend(engine, settings=settings))
         frozen = spawn_worker(pg_url, log_path=tmp_path / "frozen.log", **conf)
