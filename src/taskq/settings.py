@@ -47,6 +47,20 @@ class TaskQSettings(BaseSettings):
     actor_config_cache_ttl: timedelta = Field(
         default=timedelta(seconds=5), description="TTL of the enqueue-side actor_config cache."
     )
+    rate_limit_redis_timeout: timedelta = Field(
+        default=timedelta(seconds=1),
+        description="Longest wait for one rate-limit call to Redis (async clients) before "
+        "it counts as Redis being down.",
+    )
+    rate_limit_redis_cooldown: timedelta = Field(
+        default=timedelta(seconds=1),
+        description="After a failed Redis rate-limit call, how long calls go straight to "
+        "the Postgres fallback before one probes Redis again.",
+    )
+    outage_log_interval: timedelta = Field(
+        default=timedelta(seconds=60),
+        description="While Redis is down, the period of the one summary line with counts.",
+    )
     admin_ui_allow_rate_limit_reset: bool = False
     admin_actions_enabled: bool = False
     sqlite_busy_timeout_ms: int = Field(default=30_000, ge=0)
@@ -61,7 +75,29 @@ class TaskQSettings(BaseSettings):
             raise ValueError(f"must match {SCHEMA_NAME_RE.pattern} and be at most 63 characters")
         return value
 
-    @field_validator("default_start_to_close", "actor_config_cache_ttl")
+    @field_validator(
+        "rate_limit_redis_timeout",
+        "rate_limit_redis_cooldown",
+        "outage_log_interval",
+        mode="before",
+    )
+    @classmethod
+    def _seconds_or_iso(cls, value: Any) -> Any:
+        """Accept seconds (``TASKQ_RATE_LIMIT_REDIS_TIMEOUT=0.5``) as well as ISO 8601."""
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                return value
+        return value
+
+    @field_validator(
+        "default_start_to_close",
+        "actor_config_cache_ttl",
+        "rate_limit_redis_timeout",
+        "rate_limit_redis_cooldown",
+        "outage_log_interval",
+    )
     @classmethod
     def _check_positive(cls, value: timedelta | None) -> timedelta | None:
         if value is not None and value <= timedelta(0):

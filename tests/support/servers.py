@@ -375,7 +375,8 @@ def _init_and_start_postgres(
 
 
 def _start_redis(spec: ServerSpec, bindir: Path, rundir: Path, port: int) -> Server:
-    cmd = [str(bindir / spec.binary), "--port", str(port), "--bind", "127.0.0.1"]
+    binary = spec.binary or "redis-server"  # the system version: this machine's binary
+    cmd = [str(bindir / binary), "--port", str(port), "--bind", "127.0.0.1"]
     cmd += ["--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", str(rundir)]
     cmd += ["--logfile", str(rundir / "server.log")]
     # A session of its own: a Ctrl-C on the terminal reaches us, and we stop the server
@@ -693,3 +694,19 @@ def system_postgres_bindir() -> Path:
     if not found:
         raise ProvisioningError("no PostgreSQL binaries under /usr/lib/postgresql")
     return found[-1].parent
+
+
+def system_redis_bindir() -> Path:
+    """The directory of this machine's ``redis-server`` (for private servers of the system
+    version, which a test may stop, freeze or restart)."""
+    found = shutil.which("redis-server")
+    if found is None:
+        raise ProvisioningError("no redis-server on PATH")
+    return Path(found).parent
+
+
+def private_server(kind: Kind) -> Server:
+    """A private server of the system version on a free port (stop it with :func:`stop`)."""
+    spec = get_spec(kind, "15" if kind == "postgres" else "7.0")
+    bindir = system_postgres_bindir() if kind == "postgres" else system_redis_bindir()
+    return start(spec, bindir)

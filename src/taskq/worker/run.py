@@ -134,6 +134,9 @@ class Worker:
             self.worker_id,
             max_bytes=settings.progress_data_max_bytes,
             redis_url=settings.redis_url,
+            timeout_s=settings.rate_limit_redis_timeout.total_seconds(),
+            cooldown_s=settings.rate_limit_redis_cooldown.total_seconds(),
+            log_interval_s=settings.outage_log_interval.total_seconds(),
         )
         self._changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
