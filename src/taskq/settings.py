@@ -61,6 +61,12 @@ class TaskQSettings(BaseSettings):
         default=timedelta(seconds=60),
         description="While Redis is down, the period of the one summary line with counts.",
     )
+    payload_max_bytes: int | None = Field(
+        default=1_048_576,
+        ge=1,
+        description="Largest job payload (bytes of its JSON) an enqueue accepts; unset or "
+        "empty for no limit.",
+    )
     admin_ui_allow_rate_limit_reset: bool = False
     admin_actions_enabled: bool = False
     sqlite_busy_timeout_ms: int = Field(default=30_000, ge=0)
@@ -74,6 +80,12 @@ class TaskQSettings(BaseSettings):
         if SCHEMA_NAME_RE.fullmatch(value) is None or len(value) > 63:
             raise ValueError(f"must match {SCHEMA_NAME_RE.pattern} and be at most 63 characters")
         return value
+
+    @field_validator("payload_max_bytes", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: Any) -> Any:
+        """``TASKQ_PAYLOAD_MAX_BYTES=`` (empty) means no limit."""
+        return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator(
         "rate_limit_redis_timeout",
