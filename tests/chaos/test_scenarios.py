@@ -394,3 +394,23 @@ async def test_poison_rows_do_not_stop_the_fleet(
         assert not (read(audit_path).keys() & {str(p) for p in poison})  # never ran
     finally:
         await engine.dispose()
+
+
+async def test_soak_memory_and_connections_stay_flat(pg_url: URL, scale: Scale) -> None:
+    """A steady stream of mixed jobs (``benchmarks/soak.py``): nothing lost, worker RSS
+    grows less than 10 % after the warm-up, the connection count does not grow."""
+    from benchmarks.soak import RSS_GROWTH_LIMIT, run_soak, table
+
+    long = scale.soak_s > 60
+    figures = await run_soak(
+        pg_url.render_as_string(hide_password=False),
+        total=200_000 if long else 2000,
+        workers=4 if long else 2,
+        duration_s=scale.soak_s,
+        warmup=0.2 if long else 0.4,
+        sample_s=5.0 if long else 1.0,
+    )
+    print(table(figures))
+    assert figures.lost == 0
+    assert figures.rss_growth_max < RSS_GROWTH_LIMIT, table(figures)
+    assert figures.connections_max_after_warmup <= figures.connections_after_warmup
