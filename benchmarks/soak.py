@@ -73,6 +73,8 @@ class Figures:
     connections_second_half_max: int = 0
     connections_end: int = 0
     samples: int = 0
+    unfinished: list[str] = field(default_factory=list)
+    """A few jobs that did not succeed: ``id status attempt error_class``."""
 
     @property
     def connections_flat(self) -> bool:
@@ -179,7 +181,7 @@ async def run_soak(
                 if proc.poll() is not None:
                     raise RuntimeError(f"worker {proc.pid} exited with {proc.returncode}")
             await asyncio.sleep(0.05)
-        drain_deadline = time.monotonic() + max(60.0, duration_s * 0.2)
+        drain_deadline = time.monotonic() + max(120.0, duration_s * 0.5)
         while time.monotonic() < drain_deadline:
             async with engine.connect() as conn:
                 done = int(
@@ -205,6 +207,12 @@ async def run_soak(
                     )
                 ).scalar_one()
             )
+            left = await conn.execute(
+                select(jobs.c.id, jobs.c.actor, jobs.c.status, jobs.c.attempt, jobs.c.error_class)
+                .where(jobs.c.status != "succeeded")
+                .limit(10)
+            )
+            figures.unfinished = [" ".join(map(str, row)) for row in left.all()]
         figures.lost = total - figures.completed
         figures.jobs_per_s = round(figures.completed / elapsed, 1)
         base = figures.rss_kib_after_warmup or figures.rss_kib_end
@@ -290,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         _drop_database(url)
     print(table(figures))
+    for line in figures.unfinished:
+        print("not succeeded:", line)
     if args.json is not None:
         args.json.write_text(json.dumps(asdict(figures), indent=2))
     return 0 if figures.ok else 1
