@@ -88,7 +88,10 @@ class Heartbeat:
         """One heartbeat transaction (raises on a store error); cancels, at once, every
         running job whose lease the renewal found lost."""
         started = time.monotonic()
-        ids = list(self._dispatcher.inflight)
+        # The attempts as they are now: by the time the renewal answers, a job may have
+        # ended and been claimed again (same id, next attempt), which this beat did not see.
+        snapshot = dict(self._dispatcher.inflight)
+        ids = list(snapshot)
         held = self._held_slots(ids)
         stored: dict[str, list[dict[str, Any]]] = {}
         for hold in held:
@@ -121,19 +124,24 @@ class Heartbeat:
                 options = {"schema_translate_map": translate} if translate else {}
                 await conn.execute(self._slots, params, execution_options=options)
         self.last_ok = time.monotonic()
-        self._track(ids, renewed, still, started)
+        self._track(snapshot, renewed, still, started)
         if self.isolated:
             _log.warning("worker-rejoined", worker_id=str(self._worker_id))
             self.isolated = False
 
     def _track(
         self,
-        ids: list[UUID],
+        snapshot: dict[UUID, RunningJob],
         renewed: set[tuple[UUID, int]],
         still: set[tuple[UUID, int]],
         started: float,
     ) -> None:
-        """Remember the renewals; cancel the running jobs whose rows are no longer ours."""
+        """Remember the renewals; cancel the running jobs whose rows are no longer ours.
+
+        Only the attempts of ``snapshot`` (taken before the renewal) are judged, and only
+        while they are still running here: a job claimed again meanwhile is a new attempt
+        the renewal never looked at.
+        """
         inflight = self._dispatcher.inflight
         for job_id in list(self._renewed):
             if job_id not in inflight:
@@ -143,10 +151,10 @@ class Heartbeat:
         running = self._dispatcher.running
         lost = [
             job
-            for job_id in ids
-            if (job := running.get(job_id)) is not None
-            and (job.id, job.attempt) not in renewed
-            and (job.id, job.attempt) not in still
+            for job_id, job in snapshot.items()
+            if running.get(job_id) is job
+            and (job_id, job.attempt) not in renewed
+            and (job_id, job.attempt) not in still
         ]
         if lost:
             _log.error(
@@ -162,7 +170,7 @@ class Heartbeat:
         return [
             job
             for job in self._dispatcher.running.values()
-            if now - self._renewed.get(job.id, job.claimed_mono) > self._lease
+            if now - max(self._renewed.get(job.id, 0.0), job.claimed_mono) > self._lease
         ]
 
     def isolate_lapsed(self, why: str) -> int:

@@ -152,3 +152,29 @@ async def _ended(engine: AsyncEngine, job_id: Any) -> bool:
     async with engine.connect() as conn:
         status = await conn.scalar(select(jobs.c.status).where(jobs.c.id == job_id))
     return status == "succeeded"
+
+
+async def test_a_job_claimed_again_while_the_renewal_ran_is_not_taken_for_lost(
+    engine: AsyncEngine,
+) -> None:
+    """The renewal judged attempt 1; by its answer the job had ended and been claimed
+    again (attempt 2, same id). Attempt 2 was never looked at: it must keep running."""
+    from types import SimpleNamespace
+
+    from taskq.worker.heartbeat import Heartbeat
+    from taskq.worker.state import RunningJob
+
+    job_id, worker = uuid4(), uuid4()
+    before = RunningJob(row={"id": job_id, "attempt": 1}, ref=basic.noop, worker_id=worker)
+    again = RunningJob(row={"id": job_id, "attempt": 2}, ref=basic.noop, worker_id=worker)
+    dispatcher: Any = SimpleNamespace(inflight={job_id: again}, running={job_id: again})
+    heartbeat = Heartbeat(
+        engine, dispatcher, worker_id=worker, interval_s=1, lease_s=5, grace_s=1, renew_slots=False
+    )
+    heartbeat._track({job_id: before}, set(), set(), 0.0)
+    assert again.cancel_reason is None
+    assert not again.cancel_event.is_set()
+    # The same attempt, still running and not renewed: that one is lost.
+    dispatcher.inflight = dispatcher.running = {job_id: before}
+    heartbeat._track({job_id: before}, set(), set(), 0.0)
+    assert before.cancel_reason == "isolated"
