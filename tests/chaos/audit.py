@@ -79,6 +79,7 @@ async def check(
     *,
     scenario: str,
     expect: str = "succeeded",
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Assert the invariants; return the scenario's figures (also appended to
     ``$TASKQ_CHAOS_REPORT`` when set)."""
@@ -143,6 +144,7 @@ async def check(
         "overlaps": len(overlaps),
         "overlaps_in_freeze_window": allowed,
         "attempts_without_run": len(unexplained),
+        **(extra or {}),
     }
     report = os.environ.get("TASKQ_CHAOS_REPORT")
     if report:

@@ -36,7 +36,7 @@ class Scale:
 SCALE = (
     Scale(jobs=6000, kills=24, outage_s=15.0, soak_s=1800.0, timeout_s=900.0)
     if LONG
-    else Scale(jobs=600, kills=4, outage_s=4.0, soak_s=20.0, timeout_s=120.0)
+    else Scale(jobs=400, kills=3, outage_s=3.0, soak_s=15.0, timeout_s=120.0)
 )
 
 

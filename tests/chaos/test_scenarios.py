@@ -209,20 +209,23 @@ async def _rate_limited(
         await wait_until(lambda: _at_least(engine, 40), timeout=scale.timeout_s)
         assert redis.pid is not None
         faults = Faults(other=1)
+        extra: dict[str, Any] = {}
         if freeze:
             os.kill(redis.pid, signal.SIGSTOP)
+            frozen_at, done_before = time.monotonic(), await count_jobs(engine, "succeeded")
             try:
                 # Jobs keep flowing on the Postgres fallback while Redis is frozen.
                 await wait_until(lambda: _at_least(engine, 120), timeout=scale.timeout_s)
             finally:
                 os.kill(redis.pid, signal.SIGCONT)
+            during = await count_jobs(engine, "succeeded") - done_before
+            extra["jobs_per_s_while_frozen"] = round(during / (time.monotonic() - frozen_at), 1)
         else:
             servers.stop(redis)
         await _until_done(engine, fleet, len(ids), scale.timeout_s)
         fleet.stop_all()
-        await check(
-            engine, audit_path, ids, faults, scenario="redis " + ("frozen" if freeze else "stopped")
-        )
+        name = "redis " + ("frozen" if freeze else "stopped")
+        await check(engine, audit_path, ids, faults, scenario=name, extra=extra)
         return fleet.logs()
     finally:
         await engine.dispose()
