@@ -45,6 +45,7 @@ from taskq.client import JobsClient  # noqa: E402
 from taskq.db import migrate  # noqa: E402
 from taskq.db.engine import make_engine  # noqa: E402
 from taskq.db.tables import jobs  # noqa: E402
+from taskq.db.tables import workers as worker_rows  # noqa: E402
 from taskq.records import EnqueueArgs  # noqa: E402
 from taskq.settings import TaskQSettings  # noqa: E402
 
@@ -144,6 +145,19 @@ async def run_soak(
     figures = Figures(jobs=total, workers=workers, duration_s=duration_s)
     connections = text("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")
     try:
+        boot_deadline = time.monotonic() + 120
+        while time.monotonic() < boot_deadline:  # the clock starts once all have booted
+            async with engine.connect() as conn:
+                up = (
+                    await conn.execute(
+                        select(func.count())
+                        .select_from(worker_rows)
+                        .where(worker_rows.c.status == "running")
+                    )
+                ).scalar_one()
+            if up >= workers:
+                break
+            await asyncio.sleep(0.2)
         started = time.monotonic()
         warm_at = started + duration_s * warmup
         enqueued = 0

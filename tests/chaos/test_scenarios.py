@@ -410,7 +410,7 @@ async def test_soak_memory_and_connections_stay_flat(pg_url: URL, scale: Scale) 
         total=200_000 if long else 2000,
         workers=4 if long else 2,
         duration_s=scale.soak_s,
-        warmup=0.2 if long else 0.4,
+        warmup=0.2 if long else 0.5,
         sample_s=5.0 if long else 1.0,
     )
     print(table(figures))
