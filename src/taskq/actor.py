@@ -201,10 +201,11 @@ class ActorRef(Generic[P, R]):
     def _dump_one(self, model: BaseModel) -> dict[str, Any]:
         try:
             document: dict[str, Any] = model.model_dump(mode="json")
+        except PydanticSerializationError:  # a value of a type pydantic cannot serialise
+            raise
         except ValueError as exc:  # nested past the serialiser's depth: name the field
-            raise PayloadValidationError(
-                self.name, [too_deep_error(_deep_field(model), exc)]
-            ) from None
+            error = too_deep_error(_deep_field(model), exc)
+            raise PayloadValidationError(self.name, [error]) from None
         return document
 
     def _dump_list(self, payloads: Sequence[P]) -> list[dict[str, Any]]:
@@ -245,6 +246,8 @@ class ActorRef(Generic[P, R]):
         """
         try:
             document = self.result_adapter.dump_python(result, mode="json")
+        except PydanticSerializationError:
+            raise
         except ValueError as exc:
             raise ValueError(
                 f"actor {self.name!r} returned a result that cannot be stored: {exc}"
