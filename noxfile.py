@@ -11,6 +11,8 @@ Sessions (``nox -l`` lists them):
   ``TASKQ_TEST_ENGINES`` set; tests/conftest.py deselects tests bound to the other engine.
   The postgres session also runs the engine-neutral tests, so the two together run
   every test exactly once. Extra arguments go to pytest: ``nox -s tests -- -x -k retry``.
+- ``chaos``: the fault suite (tests/chaos) with real worker processes and private servers;
+  ``nox -s chaos -- --long`` runs its long form. The short form is part of ``tests`` too.
 - ``lint``: ``ruff check`` and ``ruff format --check`` over src tests tools alembic.
 - ``typecheck``: ``mypy`` (strict, over src, tests, tools, benchmarks and alembic; files and
   options from pyproject.toml).
@@ -78,6 +80,18 @@ def tests(session: nox.Session, engine: str) -> None:
     }
     args = session.posargs or ["-n", "2", "tests"]
     session.run("pytest", *args, env=env)
+
+
+@nox.session(python=PYTHON)
+def chaos(session: nox.Session) -> None:
+    """The fault suite (tests/chaos): ``nox -s chaos`` the short form CI runs, ``nox -s
+    chaos -- --long`` the long one (6,000-job kill storm, 15 s outages, 30-minute soak)."""
+    install_project(session)
+    args = [a for a in session.posargs if a != "--long"]
+    env = {"TASKQ_TEST_DATABASE_URL": SYSTEM_DATABASE_URL, "TASKQ_TEST_REDIS_URL": SYSTEM_REDIS_URL}
+    if "--long" in session.posargs:
+        env["TASKQ_CHAOS_LONG"] = "1"
+    session.run("pytest", "-n", "0", "-s", *(args or ["tests/chaos"]), env=env)
 
 
 @nox.session(python=PYTHON)

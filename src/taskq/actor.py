@@ -23,7 +23,7 @@ from typing import Any, Generic, TypeVar, cast, get_args, get_origin, overload
 
 import structlog
 from pydantic import BaseModel, TypeAdapter, ValidationError
-from pydantic_core import to_json
+from pydantic_core import PydanticSerializationError, to_json
 
 from taskq._acompat import ato_thread
 from taskq.constants import (
@@ -40,7 +40,15 @@ from taskq.context import JobContext
 from taskq.cron.schedule import Schedule, bind_schedules
 from taskq.exceptions import PayloadValidationError
 from taskq.retry import OnCancel, OnRetryExhausted, OnSuccess, RetryClassifierHook, RetryPolicy
-from taskq.storable_json import describe, first_unstorable, unstorable_error
+from taskq.storable_json import (
+    describe,
+    document_size,
+    first_hidden_nonfinite,
+    first_unstorable,
+    too_deep_error,
+    too_large_error,
+    unstorable_error,
+)
 
 __all__ = [
     "ActorRef",
@@ -133,12 +141,22 @@ class ActorRef(Generic[P, R]):
     def dump_payload(self, payload: object) -> dict[str, Any]:
         """Validate and serialise a payload to the JSON document stored on the job row.
 
-        ``PayloadValidationError`` (type ``finite_number`` or ``string_nul``) for an
-        infinite or NaN float, or a NUL character, anywhere in it: not every engine can
-        store those (:mod:`taskq.storable_json`).
+        ``PayloadValidationError`` (nothing is written) for an infinite or NaN float
+        (``finite_number``, in an ``Any``-typed field too), a NUL character
+        (``string_nul``) or a lone surrogate (``string_surrogate``) anywhere in it, a
+        value nested too deep to serialise (``too_deep``, naming the field), or a document
+        over ``TASKQ_PAYLOAD_MAX_BYTES`` (``too_large``): see :mod:`taskq.storable_json`.
         """
-        document = self.validate_payload(payload).model_dump(mode="json")
+        model = self.validate_payload(payload)
+        document = self._dump_one(model)
         error = unstorable_error(document)
+        if error is None and self._payload_has_any:
+            hidden = first_hidden_nonfinite([model.model_dump()])
+            error = hidden[1] if hidden is not None else None
+        if error is None:
+            limit = payload_max_bytes()
+            if limit is not None and (size := document_size(document)) > limit:
+                error = too_large_error(size, limit)
         if error is not None:
             raise PayloadValidationError(self.name, [error])
         return document
@@ -150,8 +168,15 @@ class ActorRef(Generic[P, R]):
         cost). Checked for unstorable values as :meth:`dump_payload` is."""
         documents = self._dump_list(payloads)
         found = first_unstorable(documents)
+        if found is None:
+            found = self._hidden(payloads)
         if found is not None:
             raise PayloadValidationError(self.name, [found[1]])
+        limit = payload_max_bytes()
+        if limit is not None:
+            for document in documents:
+                if (size := document_size(document)) > limit:
+                    raise PayloadValidationError(self.name, [too_large_error(size, limit)])
         return documents
 
     def dump_payloads_json(self, payloads: Sequence[P]) -> list[bytes]:
@@ -159,17 +184,56 @@ class ActorRef(Generic[P, R]):
         bytes ``pydantic_core.to_json`` makes of it), for ``enqueue_many``'s bulk batches:
         the texts are made once and the storable check searches them."""
         documents = self._dump_list(payloads)
-        raws = list(map(to_json, documents))
+        found = None
+        try:
+            raws = list(map(to_json, documents))
+        except PydanticSerializationError:  # a lone surrogate
+            raws = None
         found = first_unstorable(documents, raws)
+        if found is None:
+            found = self._hidden(payloads)
         if found is not None:
             raise PayloadValidationError(self.name, [found[1]])
+        assert raws is not None  # a surrogate would have been found
+        limit = payload_max_bytes()
+        if limit is not None:
+            size = max(map(len, raws), default=0)
+            if size > limit:
+                raise PayloadValidationError(self.name, [too_large_error(size, limit)])
         return raws
 
+    def _dump_one(self, model: BaseModel) -> dict[str, Any]:
+        try:
+            document: dict[str, Any] = model.model_dump(mode="json")
+        except PydanticSerializationError:  # a value of a type pydantic cannot serialise
+            raise
+        except ValueError as exc:  # nested past the serialiser's depth: name the field
+            error = too_deep_error(_deep_field(model), exc)
+            raise PayloadValidationError(self.name, [error]) from None
+        return document
+
     def _dump_list(self, payloads: Sequence[P]) -> list[dict[str, Any]]:
-        dumped: list[dict[str, Any]] = self._payload_list_adapter.dump_python(
-            list(payloads), mode="json"
-        )
+        try:
+            dumped: list[dict[str, Any]] = self._payload_list_adapter.dump_python(
+                list(payloads), mode="json"
+            )
+        except ValueError:
+            for payload in payloads:  # the one too deep, with its field named
+                self._dump_one(payload)
+            raise
         return dumped
+
+    def _hidden(self, payloads: Sequence[P]) -> tuple[int, dict[str, Any]] | None:
+        """Infinite or NaN floats the JSON-mode dump of an ``Any`` field made ``null``."""
+        if not self._payload_has_any:
+            return None
+        return first_hidden_nonfinite(self._payload_list_adapter.dump_python(list(payloads)))
+
+    @functools.cached_property
+    def _payload_has_any(self) -> bool:
+        """Whether the payload model has an ``Any``-typed value somewhere (whose JSON-mode
+        dump would turn an infinite or NaN float into ``null``)."""
+        return _has_any_schema(self.payload_type.__pydantic_core_schema__)
 
     @functools.cached_property
     def _payload_list_adapter(self) -> TypeAdapter[list[P]]:
@@ -184,8 +248,18 @@ class ActorRef(Generic[P, R]):
         (:mod:`taskq.storable_json`): the attempt fails with that error, as if the handler
         had raised it, instead of the result's write being refused by Postgres.
         """
-        document = self.result_adapter.dump_python(result, mode="json")
+        try:
+            document = self.result_adapter.dump_python(result, mode="json")
+        except PydanticSerializationError:
+            raise
+        except ValueError as exc:
+            raise ValueError(
+                f"actor {self.name!r} returned a result that cannot be stored: {exc}"
+            ) from None
         error = unstorable_error(document)
+        if error is None and _has_any_schema(self.result_adapter.core_schema):
+            hidden = first_hidden_nonfinite([self.result_adapter.dump_python(result)])
+            error = hidden[1] if hidden is not None else None
         if error is not None:
             raise ValueError(
                 f"actor {self.name!r} returned a result that cannot be stored: " + describe(error)
@@ -575,3 +649,39 @@ def _check_options(opts: dict[str, Any], fail: Callable[..., Exception]) -> dict
         ),
         "priority": priority,
     }
+
+
+@functools.cache
+def payload_max_bytes() -> int | None:
+    """``TASKQ_PAYLOAD_MAX_BYTES``, read once per process (``cache_clear()`` re-reads it)."""
+    from taskq.settings import TaskQSettings
+
+    return TaskQSettings.load().payload_max_bytes
+
+
+def _has_any_schema(schema: Any) -> bool:
+    """Whether a pydantic core schema has an ``any`` node (searched once per model)."""
+    stack = [schema]
+    seen: set[int] = set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, dict):
+            if node.get("type") == "any":
+                return True
+            stack.extend(node.values())
+        elif isinstance(node, (list, tuple)):
+            stack.extend(node)
+    return False
+
+
+def _deep_field(model: BaseModel) -> tuple[str, ...]:
+    """The first field of ``model`` whose value is too deep to serialise (``()`` if none)."""
+    for name in type(model).model_fields:
+        try:
+            model.model_dump(mode="json", include={name})
+        except ValueError:
+            return (name,)
+    return ()

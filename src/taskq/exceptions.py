@@ -45,6 +45,7 @@ __all__ = [
     "StoreUnavailable",
     "SubEnqueueError",
     "TaskQError",
+    "UndecodableJob",
     "WaitTimeout",
 ]
 
@@ -265,6 +266,23 @@ class JobNotRetryableError(TaskQError, ValueError):
             f"job {job_id} is {status}: only failed, cancelled, crashed or abandoned jobs "
             "can be retried"
         )
+
+
+class UndecodableJob(TaskQError):
+    """A stored job row cannot be read or run as stored (written by SQL or another producer).
+
+    A payload nested past what JSON decoding allows, an attempt counter at the top of its
+    column's range, a ``start_to_close_s`` that is negative, zero, NaN or infinite. The
+    worker fails such a row with this ``error_class`` without running it (the rest of its
+    batch runs), and ``JobsClient.get`` raises it instead of a decoder's error. ``column``
+    names the offending column.
+    """
+
+    def __init__(self, job_id: UUID | None, column: str, reason: str) -> None:
+        self.job_id = job_id
+        self.column = column
+        self.reason = reason
+        super().__init__(f"job {job_id}: stored {column} cannot be used: {reason}")
 
 
 class JobFailedError(TaskQError):

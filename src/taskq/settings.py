@@ -47,6 +47,26 @@ class TaskQSettings(BaseSettings):
     actor_config_cache_ttl: timedelta = Field(
         default=timedelta(seconds=5), description="TTL of the enqueue-side actor_config cache."
     )
+    rate_limit_redis_timeout: timedelta = Field(
+        default=timedelta(seconds=1),
+        description="Longest wait for one rate-limit call to Redis (async clients) before "
+        "it counts as Redis being down.",
+    )
+    rate_limit_redis_cooldown: timedelta = Field(
+        default=timedelta(seconds=1),
+        description="After a failed Redis rate-limit call, how long calls go straight to "
+        "the Postgres fallback before one probes Redis again.",
+    )
+    outage_log_interval: timedelta = Field(
+        default=timedelta(seconds=60),
+        description="While Redis is down, the period of the one summary line with counts.",
+    )
+    payload_max_bytes: int | None = Field(
+        default=1_048_576,
+        ge=1,
+        description="Largest job payload (bytes of its JSON) an enqueue accepts; unset or "
+        "empty for no limit.",
+    )
     admin_ui_allow_rate_limit_reset: bool = Field(
         default=False, description="Lets the admin UI reset rate limits."
     )
@@ -71,7 +91,35 @@ class TaskQSettings(BaseSettings):
             raise ValueError(f"must match {SCHEMA_NAME_RE.pattern} and be at most 63 characters")
         return value
 
-    @field_validator("default_start_to_close", "actor_config_cache_ttl")
+    @field_validator("payload_max_bytes", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: Any) -> Any:
+        """``TASKQ_PAYLOAD_MAX_BYTES=`` (empty) means no limit."""
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator(
+        "rate_limit_redis_timeout",
+        "rate_limit_redis_cooldown",
+        "outage_log_interval",
+        mode="before",
+    )
+    @classmethod
+    def _seconds_or_iso(cls, value: Any) -> Any:
+        """Accept seconds (``TASKQ_RATE_LIMIT_REDIS_TIMEOUT=0.5``) as well as ISO 8601."""
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                return value
+        return value
+
+    @field_validator(
+        "default_start_to_close",
+        "actor_config_cache_ttl",
+        "rate_limit_redis_timeout",
+        "rate_limit_redis_cooldown",
+        "outage_log_interval",
+    )
     @classmethod
     def _check_positive(cls, value: timedelta | None) -> timedelta | None:
         if value is not None and value <= timedelta(0):

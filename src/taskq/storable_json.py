@@ -24,6 +24,15 @@ inside a string, and to name its place.
 Text columns (an attempt's error and traceback) cannot hold NUL either, on Postgres:
 :func:`storable_text` writes it as the four characters ``\\x00``.
 
+Three more ways a document can fail, each refused here with a named place rather than
+a serialiser's bare error: a lone surrogate (``"\\ud800"``: not UTF-8, so not JSON),
+nesting deeper than pydantic's serialiser goes (:func:`too_deep_error`), and a document
+larger than ``TASKQ_PAYLOAD_MAX_BYTES`` (:func:`too_large_error`). And one way the check
+itself could be fooled: pydantic's JSON-mode dump turns an infinite or NaN float inside
+an ``Any``-typed field into ``null`` (it keeps it in a ``float`` field), so a model with
+such a field is also checked on its Python-mode dump (:func:`first_hidden_nonfinite`)
+instead of being stored with ``null`` where the caller's number was.
+
 Pure: the async and the generated sync code share it.
 """
 
@@ -33,13 +42,17 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic_core import to_json
+from pydantic_core import PydanticSerializationError, to_json
 
 __all__ = [
     "describe",
+    "document_size",
+    "first_hidden_nonfinite",
     "first_unstorable",
     "may_be_unstorable",
     "storable_text",
+    "too_deep_error",
+    "too_large_error",
     "unstorable_error",
     "unstorable_path",
 ]
@@ -63,7 +76,9 @@ def unstorable_path(document: Any) -> tuple[Path, str] | None:
     if isinstance(document, float):
         return None if math.isfinite(document) else ((), "finite_number")
     if isinstance(document, str):
-        return ((), "string_nul") if _NUL in document else None
+        if _NUL in document:
+            return (), "string_nul"
+        return ((), "string_surrogate") if _has_surrogate(document) else None
     if isinstance(document, dict):
         items: Any = document.items()
     elif isinstance(document, (list, tuple)):
@@ -73,6 +88,8 @@ def unstorable_path(document: Any) -> tuple[Path, str] | None:
     for key, value in items:
         if isinstance(key, str) and _NUL in key:
             return (key,), "string_nul"
+        if isinstance(key, str) and _has_surrogate(key):
+            return (key,), "string_surrogate"
         found = unstorable_path(value)
         if found is not None:
             return (key, *found[0]), found[1]
@@ -84,9 +101,18 @@ def unstorable_error(document: Any) -> dict[str, Any] | None:
     first unstorable value of ``document`` (:func:`unstorable_path`); ``None`` if it has
     none. Cheap when there is none: the document is dumped to JSON text and searched
     (:func:`may_be_unstorable`) before it is walked."""
-    if not may_be_unstorable(to_json(document)):
+    try:
+        raw = to_json(document)
+    except PydanticSerializationError:  # a lone surrogate: not UTF-8
+        return _error_at(document) or _unserializable(document)
+    if not may_be_unstorable(raw):
         return None
     return _error_at(document)
+
+
+def document_size(document: Any) -> int:
+    """Bytes of ``document``'s JSON text (as stored, before the database's own encoding)."""
+    return len(to_json(document))
 
 
 def first_unstorable(
@@ -98,7 +124,10 @@ def first_unstorable(
     ``raws``: their JSON texts, in the same order, when the caller has made them (then
     nothing is dumped again). Either way one search over the whole text when none has.
     """
-    joined = to_json(documents) if raws is None else b"".join(raws)
+    try:
+        joined = to_json(documents) if raws is None else b"".join(raws)
+    except PydanticSerializationError:
+        joined = b"NaN"  # a lone surrogate somewhere: walk them to find it
     if not may_be_unstorable(joined):
         return None
     for index, document in enumerate(documents):
@@ -106,6 +135,60 @@ def first_unstorable(
         if error is not None:
             return index, error
     return None
+
+
+def first_hidden_nonfinite(documents: Sequence[Any]) -> tuple[int, dict[str, Any]] | None:
+    """Like :func:`first_unstorable`, for Python-mode dumps (``model_dump()``): the
+    infinite and NaN floats that the JSON-mode dump of an ``Any``-typed field turned into
+    ``null``. One search over their JSON text when none has one."""
+    try:
+        joined = to_json(list(documents), inf_nan_mode="constants", serialize_unknown=True)
+    except PydanticSerializationError:  # what the JSON-mode check reports first
+        return None
+    if b"Infinity" not in joined and b"NaN" not in joined:
+        return None
+    for index, document in enumerate(documents):
+        found = unstorable_path(document)
+        if found is not None and found[1] == "finite_number":
+            return index, _error_at(document) or {}
+    return None
+
+
+def too_deep_error(loc: Path, exc: BaseException) -> dict[str, Any]:
+    """The validation error of a value nested too deep to serialise, at ``loc``."""
+    return {
+        "type": "too_deep",
+        "loc": loc,
+        "msg": f"Value is nested too deep to store as JSON ({exc})",
+        "input": "...",
+    }
+
+
+def too_large_error(size: int, limit: int) -> dict[str, Any]:
+    """The validation error of a document over ``TASKQ_PAYLOAD_MAX_BYTES``."""
+    return {
+        "type": "too_large",
+        "loc": (),
+        "msg": f"Payload is {size} bytes of JSON; the limit is {limit} (TASKQ_PAYLOAD_MAX_BYTES)",
+        "input": size,
+    }
+
+
+def _has_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _unserializable(document: Any) -> dict[str, Any]:
+    return {
+        "type": "unserializable",
+        "loc": (),
+        "msg": "Value cannot be written as JSON",
+        "input": repr(document)[:200],
+    }
 
 
 def storable_text(text: str) -> str:
@@ -118,6 +201,8 @@ _MESSAGES = {
     "finite_number": "Input should be a finite number: JSON, which stores the job, has no "
     "Infinity or NaN",
     "string_nul": "String should not contain a NUL character: the database cannot store it",
+    "string_surrogate": "String should not contain a lone surrogate: it is not valid UTF-8, "
+    "so not JSON",
 }
 
 
@@ -131,6 +216,8 @@ def _error_at(document: Any) -> dict[str, Any] | None:
         value = value[key]
     if kind == "string_nul" and not (isinstance(value, str) and _NUL in value):
         value = path[-1]  # the key holds the NUL
+    if kind == "string_surrogate" and not (isinstance(value, str) and _has_surrogate(value)):
+        value = path[-1]
     return {"type": kind, "loc": path, "msg": _MESSAGES[kind], "input": value}
 
 

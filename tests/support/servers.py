@@ -354,8 +354,7 @@ def _init_and_start_postgres(
     init = [*prefix, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres"]
     init += ["--no-sync", "-E", "UTF8", "--locale=C"]
     _run(init, f"initdb for {spec.label}")
-    options = f"-p {port} -h 127.0.0.1 -k {rundir} -c fsync=off -c full_page_writes=off"
-    options += " -c synchronous_commit=off"
+    options = _pg_options(port, rundir)
     ctl = [*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-w", "-t", "60"]
     ctl += ["-l", str(rundir / "server.log"), "-o", options, "start"]
     try:
@@ -374,8 +373,14 @@ def _init_and_start_postgres(
     return _register(Server(spec, url, port, pid, rundir, bindir=bindir, private_copy=copy))
 
 
+def _pg_options(port: int, rundir: Path) -> str:
+    options = f"-p {port} -h 127.0.0.1 -k {rundir} -c fsync=off -c full_page_writes=off"
+    return options + " -c synchronous_commit=off"
+
+
 def _start_redis(spec: ServerSpec, bindir: Path, rundir: Path, port: int) -> Server:
-    cmd = [str(bindir / spec.binary), "--port", str(port), "--bind", "127.0.0.1"]
+    binary = spec.binary or "redis-server"  # the system version: this machine's binary
+    cmd = [str(bindir / binary), "--port", str(port), "--bind", "127.0.0.1"]
     cmd += ["--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", str(rundir)]
     cmd += ["--logfile", str(rundir / "server.log")]
     # A session of its own: a Ctrl-C on the terminal reaches us, and we stop the server
@@ -687,9 +692,43 @@ def restart_postgres(server: Server) -> None:
     _register(server)
 
 
+def pause_postgres(server: Server, seconds: float) -> None:
+    """Stop a PostgreSQL server we started for ``seconds`` (``pg_ctl stop -m fast``), then
+    start it again on the same port and data: an outage, every connection refused."""
+    if server.bindir is None or server.rundir is None or server.pid is None:
+        raise ProvisioningError("only a server started by this module can be paused")
+    data = server.rundir / "data"
+    ctl = [*_as_pg_user(), str(server.bindir / "pg_ctl"), "-D", str(data)]
+    _run([*ctl, "-m", "fast", "-w", "-t", "60", "stop"], "pg_ctl stop")
+    _RUNNING.pop(server.pid, None)
+    if server.record is not None:
+        server.record.unlink(missing_ok=True)
+    time.sleep(seconds)
+    start = [*ctl, "-w", "-t", "60", "-l", str(server.rundir / "server.log")]
+    _run([*start, "-o", _pg_options(server.port, server.rundir), "start"], "pg_ctl start")
+    server.pid = int((data / "postmaster.pid").read_text().split()[0])
+    _register(server)
+
+
 def system_postgres_bindir() -> Path:
     """The bin directory of this machine's PostgreSQL (for private clusters of the system version)."""
     found = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
     if not found:
         raise ProvisioningError("no PostgreSQL binaries under /usr/lib/postgresql")
     return found[-1].parent
+
+
+def system_redis_bindir() -> Path:
+    """The directory of this machine's ``redis-server`` (for private servers of the system
+    version, which a test may stop, freeze or restart)."""
+    found = shutil.which("redis-server")
+    if found is None:
+        raise ProvisioningError("no redis-server on PATH")
+    return Path(found).parent
+
+
+def private_server(kind: Kind) -> Server:
+    """A private server of the system version on a free port (stop it with :func:`stop`)."""
+    spec = get_spec(kind, "15" if kind == "postgres" else "7.0")
+    bindir = system_postgres_bindir() if kind == "postgres" else system_redis_bindir()
+    return start(spec, bindir)

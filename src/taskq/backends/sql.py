@@ -49,7 +49,7 @@ from taskq.db.engine import on_schema, transaction, with_schema
 from taskq.db.queries import copy_rows as cq
 from taskq.db.queries import jobs as q
 from taskq.db.queries.dispatch import notify_channel, notify_enqueued
-from taskq.exceptions import MaxPendingExceededError, SingletonCollisionError
+from taskq.exceptions import MaxPendingExceededError, SingletonCollisionError, UndecodableJob
 from taskq.records import (
     AttemptRecord,
     EnqueueOutcome,
@@ -515,8 +515,13 @@ class SqlBackend:
 
     async def get_job(self, job_id: UUID) -> JobRecord | None:
         """The job's current row, or ``None``."""
-        async with transaction(self.engine, readonly=True) as conn:
-            row = (await conn.execute(q.get(job_id))).mappings().first()
+        try:
+            async with transaction(self.engine, readonly=True) as conn:
+                row = (await conn.execute(q.get(job_id))).mappings().first()
+        except RecursionError:  # a document written by SQL, nested past the decoder
+            raise UndecodableJob(
+                job_id, "payload/result/progress", "JSON nested deeper than the decoder allows"
+            ) from None
         return JobRecord.from_mapping(row) if row is not None else None
 
     async def get_attempts(self, job_id: UUID) -> list[AttemptRecord]:

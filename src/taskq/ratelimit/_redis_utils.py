@@ -221,29 +221,25 @@ async def _checkin(pool: Any, held: _Held, conn: Any) -> None:
 
 def fallback_engine(
     name: str,
-    exc: BaseException,
+    exc: BaseException | None,
     pg_pool: AsyncEngine | None,
     settings: TaskQSettings | None,
 ) -> AsyncEngine | None:
-    """The engine to retry on after Redis failed with ``exc``, or ``None`` to re-raise.
+    """The engine to retry on after Redis failed with ``exc`` (``None``: would fail over
+    now, the circuit being open), or ``None`` to re-raise.
 
     Falls back only when the caller's ``settings`` enable it
     (``TASKQ_RATE_LIMIT_PG_FALLBACK_ENABLED``; without settings, its default: true) and a
-    ``pg_pool`` was given; logs a WARNING with ``backend="redis"``, ``fallback="postgres"``.
-    The environment is read where the settings were loaded, never here.
+    ``pg_pool`` was given. Logs nothing: the client's circuit
+    (:mod:`taskq.ratelimit.circuit`) logs the outage once per state change. The
+    environment is read where the settings were loaded, never here.
     """
+    if pg_pool is None:
+        return None
     enabled = (
         settings.rate_limit_pg_fallback_enabled if settings is not None else _FALLBACK_BY_DEFAULT
     )
-    if not enabled or pg_pool is None:
-        return None
-    _log.warning(
-        "ratelimit.redis_fallback bucket=%s backend=redis fallback=postgres error=%s",
-        name,
-        exc,
-        extra={"bucket": name, "backend": "redis", "fallback": "postgres"},
-    )
-    return pg_pool
+    return pg_pool if enabled else None
 
 
 async def reset_stored(
@@ -266,7 +262,10 @@ async def reset_stored(
     try:
         await client.delete(redis_key)
     except REDIS_DOWN as exc:
+        from taskq.ratelimit.circuit import circuit_for  # the circuit imports this module
+
         engine = fallback_engine(name, exc, pg_pool, settings)
+        circuit_for(client, settings).failed(name, exc, falls_back=engine is not None)
         if engine is None:
             raise
         await _sql.sql_reset(engine, name)

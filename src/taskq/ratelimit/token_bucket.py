@@ -8,6 +8,7 @@ import math
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
+from taskq._acompat import ASYNC
 from taskq.clock import Clock
 from taskq.constants import validate_name
 from taskq.db.engine import with_schema
@@ -27,6 +28,7 @@ from taskq.ratelimit._common import (
 )
 from taskq.ratelimit._lua import TOKEN_BUCKET, EncodedCall, redis_key
 from taskq.ratelimit._memory import MemoryTokenBucket
+from taskq.ratelimit.circuit import bounded, circuit_for
 from taskq.ratelimit.decision import RateLimitDecision, RateLimitState
 from taskq.ratelimit.refs import validate_backend
 from taskq.settings import TaskQSettings
@@ -183,23 +185,35 @@ class TokenBucket:
         """Redis (with the Postgres fallback) or Postgres."""
         if self.backend == "redis":
             client = rru.require_redis(redis_client, self.name)
+            circuit = circuit_for(client, settings)
+            if circuit.is_open:  # Redis failed lately: straight to the fallback
+                engine = rru.fallback_engine(self.name, None, pg_pool, settings)
+                if engine is not None and circuit.skip_redis():
+                    return await self._postgres(with_schema(engine, settings=settings), count)
             try:
-                if count == 1.0:
-                    reply = await rru.evalsha(
-                        client, TOKEN_BUCKET, self._redis_args_one, self._one.command()
-                    )
+                if ASYNC:
+                    reply = await bounded(circuit.timeout_s, self._redis_take(client, count))
                 else:
-                    reply = await rru.evalsha(client, TOKEN_BUCKET, self._script_args(count))
+                    reply = self._redis_take(client, count)
             except rru.REDIS_DOWN as exc:
                 engine = rru.fallback_engine(self.name, exc, pg_pool, settings)
+                circuit.failed(self.name, exc, falls_back=engine is not None)
                 if engine is None:
                     raise
                 engine = with_schema(engine, settings=settings)
                 return await self._postgres(engine, count)
+            circuit.succeeded()
             return redis_decision(self.name, reply)
         return await self._postgres(
             with_schema(require_engine(pg_pool, self.name), settings=settings), count
         )
+
+    async def _redis_take(self, client: Any, count: float) -> Any:
+        if count == 1.0:
+            return await rru.evalsha(
+                client, TOKEN_BUCKET, self._redis_args_one, self._one.command()
+            )
+        return await rru.evalsha(client, TOKEN_BUCKET, self._script_args(count))
 
     async def refund(
         self,
@@ -255,16 +269,25 @@ class TokenBucket:
                 with_schema(require_engine(pg_pool, self.name), settings=settings)
             )
         client = rru.require_redis(redis_client, self.name)
+        circuit = circuit_for(client, settings)
+        if circuit.is_open:
+            engine = rru.fallback_engine(self.name, None, pg_pool, settings)
+            if engine is not None and circuit.skip_redis():
+                return await self._peek_postgres(with_schema(engine, settings=settings))
         try:
-            reply = await rru.evalsha(
-                client, TOKEN_BUCKET, self._script_args(min(1.0, self.capacity), b"peek")
-            )
+            args = self._script_args(min(1.0, self.capacity), b"peek")
+            if ASYNC:
+                reply = await bounded(circuit.timeout_s, rru.evalsha(client, TOKEN_BUCKET, args))
+            else:
+                reply = rru.evalsha(client, TOKEN_BUCKET, args)
         except rru.REDIS_DOWN as exc:
             engine = rru.fallback_engine(self.name, exc, pg_pool, settings)
+            circuit.failed(self.name, exc, falls_back=engine is not None)
             if engine is None:
                 raise
             engine = with_schema(engine, settings=settings)
             return await self._peek_postgres(engine)
+        circuit.succeeded()
         return self._state("redis", float(reply.split()[1]))
 
     async def _peek_postgres(self, engine: AsyncEngine) -> RateLimitState:

@@ -27,6 +27,7 @@ from taskq.actor import ActorRef
 from taskq.db.engine import transaction
 from taskq.db.queries import dispatch as dq
 from taskq.settings import WorkerSettings
+from taskq.worker.claimed import decode_claimed
 from taskq.worker.execute import AttemptEnv, execute
 from taskq.worker.outcomes import Completer
 from taskq.worker.state import Outcome, RunningJob
@@ -357,16 +358,17 @@ class Dispatcher:
 
     def _job(self, row: dict[str, Any]) -> RunningJob:
         ref = self.actors[row["actor"]]
+        problem = decode_claimed(row)
         if ref.name in self.stored_ttl:
             row["_result_ttl_s"] = self.stored_ttl[ref.name]
-        return RunningJob(row=row, ref=ref, worker_id=self.worker_id)
+        return RunningJob(row=row, ref=ref, worker_id=self.worker_id, undecodable=problem)
 
     async def _admit(self, jobs: list[RunningJob]) -> list[RunningJob]:
         """Acquire each job's per-job limits; the denied ones are parked, not started."""
         gate = self.gate
         if gate is None:
             return jobs
-        needy = [job for job in jobs if gate.needs_admission(job)]
+        needy = [job for job in jobs if job.undecodable is None and gate.needs_admission(job)]
         if not needy:
             return jobs
         admitted = {id(job) for job in await gate.admit(needy)}
@@ -379,6 +381,19 @@ class Dispatcher:
     def _start_job(self, job: RunningJob, *, start: bool = True) -> None:
         self.inflight[job.id] = job
         self.claimed_total += 1
+        problem = job.undecodable
+        if problem is not None:  # fail this row unrun; the rest of the batch runs
+            _log.error(
+                "worker-job-undecodable",
+                job_id=str(job.id),
+                actor=job.ref.name,
+                error=str(problem),
+            )
+            error_class = type(problem).__name__
+            self.completer.submit(
+                Outcome(job, "failed", "failed", error_class=error_class, error=str(problem))
+            )
+            return
         if not start:
             job.cancel_reason = "shutdown"
             self.completer.submit(

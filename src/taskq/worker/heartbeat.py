@@ -10,6 +10,15 @@ this process, over-admitting the reservation. When heartbeats keep failing for l
 lock lease, the sweep elsewhere may already have handed this worker's rows to someone
 else: :meth:`Heartbeat.isolate_self` stops every local attempt instead of finishing
 work that is no longer ours.
+
+**Leases lost or lapsed.** Each renewal returns the rows it renewed; a running job whose
+row is neither renewed nor still held by this worker (a renewal skips rows another
+transaction has locked, see :func:`taskq.db.queries.worker.renew_job_leases`) was
+reclaimed: it is cancelled at once (``worker-lease-lost``). The heartbeat also keeps, per
+job, the monotonic time its lease was last known to start; a job whose lease has lapsed by
+that clock (the process was frozen, its event loop blocked, or the store unreachable, for
+longer than the lease) is cancelled before the worker does anything else
+(:meth:`Heartbeat.isolate_lapsed`, run first on ``SIGCONT`` and at the top of every beat).
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from taskq.db.queries import worker as wq
 from taskq.worker.dispatch import Dispatcher
 from taskq.worker.resources import Limits, SlotHold
 from taskq.worker.shutdown import pause
+from taskq.worker.state import RunningJob
 
 __all__ = ["Heartbeat"]
 
@@ -64,15 +74,24 @@ class Heartbeat:
         self.status = "running"
         self.last_ok = time.monotonic()
         self.isolated = False
+        self._renewed: dict[UUID, float] = {}
+        """Per job id: the monotonic time its lease was last renewed from (its claim's
+        time until the first renewal)."""
         dialect = engine.dialect.name
         self._beat = wq.heartbeat_worker(dialect, worker_id, "running")
         self._leases = wq.renew_job_leases(dialect, worker_id, lease_s)
+        self._held = wq.held_jobs(worker_id)
         self._slots = wq.renew_slot_leases(dialect, worker_id)
         self._dialect = dialect
 
     async def beat(self) -> None:
-        """One heartbeat transaction (raises on a store error)."""
-        ids = list(self._dispatcher.inflight)
+        """One heartbeat transaction (raises on a store error); cancels, at once, every
+        running job whose lease the renewal found lost."""
+        started = time.monotonic()
+        # The attempts as they are now: by the time the renewal answers, a job may have
+        # ended and been claimed again (same id, next attempt), which this beat did not see.
+        snapshot = dict(self._dispatcher.inflight)
+        ids = list(snapshot)
         held = self._held_slots(ids)
         stored: dict[str, list[dict[str, Any]]] = {}
         for hold in held:
@@ -88,18 +107,91 @@ class Heartbeat:
                     "b_lease": res.lease_s,
                 }
             )
+        renewed: set[tuple[UUID, int]] = set()
+        still: set[tuple[UUID, int]] = set()
         async with transaction(self._engine) as conn:
             await conn.execute(wq.heartbeat_worker(self._dialect, self._worker_id, self.status))
             if ids:
-                await conn.execute(self._leases, {"ids": ids})
+                result = await conn.execute(self._leases, {"ids": ids})
+                renewed = {(row.id, row.attempt) for row in result.all()}
+                if len(renewed) < len(ids):
+                    done = {job_id for job_id, _ in renewed}
+                    skipped = [job_id for job_id in ids if job_id not in done]
+                    rows = await conn.execute(self._held, {"ids": skipped})
+                    still = {(row.id, row.attempt) for row in rows.all()}
             for schema, params in stored.items():
                 translate = schema_translate_map(self._engine.url, schema)
                 options = {"schema_translate_map": translate} if translate else {}
                 await conn.execute(self._slots, params, execution_options=options)
         self.last_ok = time.monotonic()
+        self._track(snapshot, renewed, still, started)
         if self.isolated:
             _log.warning("worker-rejoined", worker_id=str(self._worker_id))
             self.isolated = False
+
+    def _track(
+        self,
+        snapshot: dict[UUID, RunningJob],
+        renewed: set[tuple[UUID, int]],
+        still: set[tuple[UUID, int]],
+        started: float,
+    ) -> None:
+        """Remember the renewals; cancel the running jobs whose rows are no longer ours.
+
+        Only the attempts of ``snapshot`` (taken before the renewal) are judged, and only
+        while they are still running here: a job claimed again meanwhile is a new attempt
+        the renewal never looked at.
+        """
+        inflight = self._dispatcher.inflight
+        for job_id in list(self._renewed):
+            if job_id not in inflight:
+                del self._renewed[job_id]
+        for job_id, _attempt in renewed:
+            self._renewed[job_id] = started
+        running = self._dispatcher.running
+        lost = [
+            job
+            for job_id, job in snapshot.items()
+            if running.get(job_id) is job
+            and (job_id, job.attempt) not in renewed
+            and (job_id, job.attempt) not in still
+        ]
+        if lost:
+            _log.error(
+                "worker-lease-lost",
+                worker_id=str(self._worker_id),
+                jobs=[str(job.id) for job in lost],
+            )
+            self._stop_jobs(lost)
+
+    def lapsed(self) -> list[RunningJob]:
+        """Running jobs whose lease has run out by this process's monotonic clock."""
+        now = time.monotonic()
+        return [
+            job
+            for job in self._dispatcher.running.values()
+            if now - max(self._renewed.get(job.id, 0.0), job.claimed_mono) > self._lease
+        ]
+
+    def isolate_lapsed(self, why: str) -> int:
+        """Cancel, at once, every running job whose lease lapsed (see :meth:`lapsed`);
+        returns how many. Synchronous, so a ``SIGCONT`` handler runs it before any of the
+        attempts' own callbacks that came due during a freeze."""
+        jobs = self.lapsed()
+        if jobs:
+            self.isolated = True
+            _log.error(
+                "worker-isolated", worker_id=str(self._worker_id), running=len(jobs), reason=why
+            )
+            self._stop_jobs(jobs)
+        return len(jobs)
+
+    @staticmethod
+    def _stop_jobs(jobs: list[RunningJob]) -> None:
+        for job in jobs:
+            job.request_cancel("isolated")
+            job.cancel_reason = "isolated"
+            job.force_cancel()
 
     def _held_slots(self, ids: list[UUID]) -> list[SlotHold]:
         if not ids or not self.renew_slots or self._limits is None:
@@ -112,6 +204,9 @@ class Heartbeat:
         :mod:`taskq.worker.shutdown`)."""
         stop = stop if stop is not None else asyncio.Event()
         while True:
+            # First, before anything else this round: jobs whose lease lapsed while the
+            # process was frozen or its loop blocked are stopped, not continued.
+            self.isolate_lapsed("lease-lapsed")
             try:
                 await self.beat()
                 if self._after_beat is not None:
@@ -135,10 +230,7 @@ class Heartbeat:
         self.isolated = True
         jobs = list(self._dispatcher.running.values())
         _log.error("worker-isolated", worker_id=str(self._worker_id), running=len(jobs))
-        for job in jobs:
-            job.request_cancel("isolated")
-            job.cancel_reason = "isolated"
-            job.force_cancel()
+        self._stop_jobs(jobs)
         tasks = [job.task for job in jobs if job.task is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=self._grace)

@@ -4,8 +4,10 @@ Per-job transactions cap a worker at the database's single-statement transaction
 so outcomes queue here and one transaction writes everything that accumulated while the
 previous one was in flight: an executemany of fenced ``job_attempts`` inserts and one of
 fenced ``jobs`` updates. A write whose fence no longer holds (the lease was swept and the
-row moved on) changes nothing. A failed flush is retried with backoff; an outcome older
-than the lock lease is dropped, because the sweep has (or will have) reclaimed its row.
+row moved on) changes nothing. A failed flush is retried with backoff, however long the
+store is gone: the write is fenced, so trying it is always safe, and only what the fence
+refuses (a row the sweep reclaimed meanwhile) is lost; an outage longer than the lease
+does not by itself mean the rows moved on (``worker-outcomes-fenced`` counts those that had).
 
 A flush the server refuses for a value in it (a data or integrity error, not a lost
 connection) is split in halves, each written on its own, down to the outcome it refused:
@@ -21,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import time
 from collections.abc import Callable
 from typing import Any
 from uuid import UUID
@@ -178,7 +179,6 @@ class Completer:
                     await self._write_isolating(batch, dropped)
             except (DBAPIError, SQLAlchemyError, OSError) as exc:
                 _log.warning("worker-complete-failed", error=str(exc), batch=len(batch))
-                self._drop_stale()
                 await pause(self._stop, backoff)
                 backoff = min(backoff * 2, 2.0)
                 continue
@@ -226,17 +226,6 @@ class Completer:
             _log_outcome(_log.error, "worker-outcome-dropped", outcome, error=str(again.orig))
             dropped.append(outcome)
 
-    def _drop_stale(self) -> None:
-        now = time.monotonic()
-        keep: list[Outcome] = []
-        for outcome in self._buffer:
-            if now - outcome.created_mono > self._lease_s:
-                _log_outcome(_log.warning, "worker-outcome-dropped", outcome)
-                self._on_written(outcome)
-            else:
-                keep.append(outcome)
-        self._buffer[:] = keep
-
     def _params(self, outcome: Outcome) -> dict[str, Any]:
         job = outcome.job
         return {
@@ -278,7 +267,10 @@ class Completer:
         async with transaction(self._engine) as conn:
             if self._batch is not None:
                 if finishes:
-                    await conn.execute(self._batch, _columns(finishes, self._worker_id))
+                    result = await conn.execute(self._batch, _columns(finishes, self._worker_id))
+                    fenced = len(finishes) - max(0, result.rowcount)
+                    if fenced > 0 and result.rowcount >= 0:
+                        _log.info("worker-outcomes-fenced", count=fenced, batch=len(finishes))
                 if releases:
                     await conn.execute(self._record, releases)
                     await conn.execute(self._release, releases)

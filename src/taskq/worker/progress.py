@@ -15,13 +15,18 @@ events are published on :func:`~taskq.progress.progress_channel` as JSON (see
 at most one publish per job is in flight; queued progress updates coalesce (only the
 newest waits), state-change events never do, and the latest event always goes out last.
 Without Redis nothing is published (and nothing is queued). Publishing is best effort:
-Redis is never the system of record.
+Redis is never the system of record. A publish is bounded by
+``TASKQ_RATE_LIMIT_REDIS_TIMEOUT``; after a failure, events are dropped (counted) for
+``TASKQ_RATE_LIMIT_REDIS_COOLDOWN`` before the next publish tries again, and the outage is
+logged once per state change plus a periodic summary
+(``worker-progress-publish-down``/``-summary``/``-back``), never once per event.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 from uuid import UUID
@@ -33,6 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from taskq.db.engine import transaction
 from taskq.db.queries import worker as wq
 from taskq.exceptions import ProgressTooLarge
+from taskq.outage_log import OutageLog
 from taskq.progress import event_message, progress_channel
 from taskq.worker.state import Outcome, RunningJob
 
@@ -55,9 +61,22 @@ class Progress:
     """Progress sinks for attempts, the periodic flush, and the Redis publisher."""
 
     def __init__(
-        self, engine: AsyncEngine, worker_id: UUID, *, max_bytes: int, redis_url: str | None
+        self,
+        engine: AsyncEngine,
+        worker_id: UUID,
+        *,
+        max_bytes: int,
+        redis_url: str | None,
+        timeout_s: float = 1.0,
+        cooldown_s: float = 1.0,
+        log_interval_s: float = 60.0,
     ) -> None:
         self._engine = engine
+        self._timeout_s = timeout_s
+        self._cooldown_s = cooldown_s
+        self._retry_at = 0.0
+        self.outage = OutageLog("worker-progress-publish", _log.warning, interval_s=log_interval_s)
+        """The publisher's outage log (its counts: ``failures``, ``dropped``)."""
         self._flush = wq.flush_progress(worker_id)
         self._max_bytes = max_bytes
         self._redis: Any = None
@@ -137,10 +156,17 @@ class Progress:
                     self._queued.pop(job_id, None)
                     return
                 _, message = queued.pop(0)
+                if self.outage.is_down and time.monotonic() < self._retry_at:
+                    self.outage.counted("dropped")  # Redis failed just now: do not wait on it
+                    continue
                 try:
-                    await self._redis.publish(progress_channel(job_id), message)
+                    async with asyncio.timeout(self._timeout_s):
+                        await self._redis.publish(progress_channel(job_id), message)
                 except Exception as exc:  # Redis is never the system of record
-                    _log.warning("worker-progress-publish-failed", job_id=job_id, error=str(exc))
+                    self._retry_at = time.monotonic() + self._cooldown_s
+                    self.outage.failed(exc if str(exc) else type(exc).__name__)
+                else:
+                    self.outage.succeeded()
         finally:
             self._publishing.pop(job_id, None)
 

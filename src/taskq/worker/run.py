@@ -59,12 +59,15 @@ from taskq.worker.transactions import JobTransactions
 if TYPE_CHECKING:
     from taskq.backends.sql import SqlBackend
 
-__all__ = ["Worker", "configure_logging", "resolve_actors", "worker_main"]
+__all__ = ["EXIT_INTERNAL_ERROR", "Worker", "configure_logging", "resolve_actors", "worker_main"]
 
 _log = structlog.get_logger("taskq.worker")
 _CANCEL_POLL_S = 0.5
 _LOOP_STOP_MIN_S = 1.0
 """The least time the teardown gives the background loops to end their round."""
+EXIT_INTERNAL_ERROR = 3
+"""The exit code of a worker that shut down because one of its own loops crashed (a bug,
+not a signal): a supervisor restarting on failure restarts it. A clean stop exits 0."""
 
 
 def resolve_actors(
@@ -142,12 +145,18 @@ class Worker:
             self.worker_id,
             max_bytes=settings.progress_data_max_bytes,
             redis_url=settings.redis_url,
+            timeout_s=settings.rate_limit_redis_timeout.total_seconds(),
+            cooldown_s=settings.rate_limit_redis_cooldown.total_seconds(),
+            log_interval_s=settings.outage_log_interval.total_seconds(),
         )
         self._changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._loops: list[asyncio.Task[None]] = []
         """The background loops that return on ``_stopping`` (all but the listener)."""
         self._stopping = asyncio.Event()
+        self.crashed: str | None = None
+        """The loop whose crash started the shutdown (the exit code is then
+        :data:`EXIT_INTERNAL_ERROR`), or ``None``."""
         self._log = _log.bind(worker_id=str(self.worker_id))
         self.wake = asyncio.Event()
         s = settings
@@ -380,17 +389,35 @@ class Worker:
         cancelled at the teardown: the listener, which holds no transaction)."""
         task = asyncio.ensure_future(coro)
         task.set_name(name)
+        task.add_done_callback(self._loop_ended)
         self._tasks.append(task)
         if stoppable:
             self._loops.append(task)
 
+    def _loop_ended(self, task: asyncio.Task[None]) -> None:
+        """A background loop that ends by raising, other than at the teardown, is a crash
+        of the worker itself: shut down and exit :data:`EXIT_INTERNAL_ERROR`."""
+        if task.cancelled() or self._stopping.is_set() or task.exception() is None:
+            return
+        self._log.error("worker-loop-crashed", loop=task.get_name(), error=repr(task.exception()))
+        self._crash(task.get_name())
+
+    def _crash(self, where: str) -> None:
+        if self.crashed is None:
+            self.crashed = where
+        self.state.signal("internal-error")
+
     # -- life cycle -----------------------------------------------------------------
 
     def install_signals(self) -> None:
-        """Route SIGTERM/SIGINT to the shutdown state (first starts it, later ones escalate)."""
+        """Route SIGTERM/SIGINT to the shutdown state (first starts it, later ones escalate);
+        SIGCONT (resumed after a stop) to :meth:`Heartbeat.isolate_lapsed`."""
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.state.signal, sig.name)
+        # Resumed after SIGSTOP: stop the jobs whose leases lapsed during the freeze
+        # before their own callbacks (timers that came due meanwhile) run.
+        loop.add_signal_handler(signal.SIGCONT, self.heartbeat.isolate_lapsed, "resumed")
 
     async def run(self) -> int:
         """Boot, run until a shutdown signal, shut down; returns the process exit code."""
@@ -416,7 +443,7 @@ class Worker:
         await asyncio.wait([claim, stop], return_when=asyncio.FIRST_COMPLETED)
         if claim.done() and claim.exception() is not None:
             self._log.error("worker-claim-loop-crashed", error=repr(claim.exception()))
-            self.state.signal("internal-error")
+            self._crash("claim")
         return await self.shutdown(claim)
 
     def _changed_cb(self, *_: Any) -> None:
@@ -475,14 +502,15 @@ class Worker:
         await self._teardown()
         alive = bool(d.lingering)
         self.state.enter(Phase.STOPPED)
-        self._log.info("worker-stopped", lingering_threads=len(d.lingering))
+        code = 0 if self.crashed is None else EXIT_INTERNAL_ERROR
+        self._log.info("worker-stopped", lingering_threads=len(d.lingering), exit_code=code)
         if alive and self.hard_exit:
             # Executor threads are non-daemon: a normal exit would wait for them forever.
             sys.stdout.flush()
             sys.stderr.flush()
-            os._exit(0)
+            os._exit(code)
         watchdog.disarm()
-        return 0
+        return code
 
     async def _drain_completer(self, watchdog_s: float) -> None:
         with contextlib.suppress(TimeoutError):

@@ -58,6 +58,9 @@ class RunningJob:
     children the job's transaction inserts when the actor succeeds."""
     tx: Any = None
     """This attempt's :class:`taskq.worker.transactions.JobTransaction`, if it has one."""
+    undecodable: Exception | None = None
+    """Why the claimed row cannot run as stored (:class:`taskq.exceptions.UndecodableJob`):
+    the row is failed unrun, without admission, and the rest of its batch runs."""
 
     @property
     def cancel_event(self) -> asyncio.Event:

@@ -49,7 +49,7 @@ from taskq.db.dialect import advisory_xact_lock, traits, translate_error
 from taskq.db.queries import copy_rows as cq
 from taskq.db.queries import jobs as q
 from taskq.db.queries.dispatch import notify_channel, notify_enqueued
-from taskq.exceptions import MaxPendingExceededError, SingletonCollisionError
+from taskq.exceptions import MaxPendingExceededError, SingletonCollisionError, UndecodableJob
 from taskq.records import AttemptRecord, EnqueueOutcome, EnqueueRequest, JobRecord
 from taskq.request_batch import RequestBatch
 from taskq.settings import TaskQSettings
@@ -498,8 +498,13 @@ class SqlBackend:
 
     def get_job(self, job_id: UUID) -> JobRecord | None:
         """The job's current row, or ``None``."""
-        with transaction(self.engine, readonly=True) as conn:
-            row = conn.execute(q.get(job_id)).mappings().first()
+        try:
+            with transaction(self.engine, readonly=True) as conn:
+                row = conn.execute(q.get(job_id)).mappings().first()
+        except RecursionError:  # a document written by SQL, nested past the decoder
+            raise UndecodableJob(
+                job_id, "payload/result/progress", "JSON nested deeper than the decoder allows"
+            ) from None
         return JobRecord.from_mapping(row) if row is not None else None
 
     def get_attempts(self, job_id: UUID) -> list[AttemptRecord]:

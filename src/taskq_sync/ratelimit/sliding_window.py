@@ -28,6 +28,7 @@ from taskq.ratelimit._common import (
 )
 from taskq.ratelimit._lua import GCRA, LOG, EncodedCall, redis_key
 from taskq.ratelimit._memory import MemoryGcra, MemoryLog
+from taskq.ratelimit.circuit import circuit_for
 from taskq.ratelimit.decision import RateLimitDecision, RateLimitState, SlidingWindowStyle
 from taskq.ratelimit.refs import validate_backend
 from taskq.settings import TaskQSettings
@@ -176,21 +177,29 @@ class SlidingWindow:
         """Redis (with the Postgres fallback) or Postgres."""
         if self.backend == "redis":
             client = rru.require_redis(redis_client, self.name)
+            circuit = circuit_for(client, settings)
+            if circuit.is_open:  # Redis failed lately: straight to the fallback
+                engine = rru.fallback_engine(self.name, None, pg_pool, settings)
+                if engine is not None and circuit.skip_redis():
+                    return self._postgres(with_schema(engine, settings=settings))
+            request_id = None if self.style == "gcra" else new_request_id()
             try:
-                if self.style == "gcra":
-                    request_id = None
-                    reply = rru.evalsha(client, GCRA, self._redis_args, self._gcra_call.command())
-                else:
-                    request_id = new_request_id()
-                    reply = rru.evalsha(client, LOG, (*self._redis_args, request_id.encode()))
+                reply = self._redis_take(client, request_id)
             except rru.REDIS_DOWN as exc:
                 engine = rru.fallback_engine(self.name, exc, pg_pool, settings)
+                circuit.failed(self.name, exc, falls_back=engine is not None)
                 if engine is None:
                     raise
                 engine = with_schema(engine, settings=settings)
                 return self._postgres(engine)
+            circuit.succeeded()
             return redis_decision(self.name, reply, request_id)
         return self._postgres(with_schema(require_engine(pg_pool, self.name), settings=settings))
+
+    def _redis_take(self, client: Any, request_id: str | None) -> Any:
+        if request_id is None:
+            return rru.evalsha(client, GCRA, self._redis_args, self._gcra_call.command())
+        return rru.evalsha(client, LOG, (*self._redis_args, request_id.encode()))
 
     def refund(
         self,
@@ -241,15 +250,22 @@ class SlidingWindow:
                 with_schema(require_engine(pg_pool, self.name), settings=settings)
             )
         client = rru.require_redis(redis_client, self.name)
+        circuit = circuit_for(client, settings)
+        if circuit.is_open:
+            engine = rru.fallback_engine(self.name, None, pg_pool, settings)
+            if engine is not None and circuit.skip_redis():
+                return self._peek_postgres(with_schema(engine, settings=settings))
         args = self._redis_args if self.style == "gcra" else (*self._redis_args, b"")
         try:
             reply = rru.evalsha(client, self._script, (*args, b"peek"))
         except rru.REDIS_DOWN as exc:
             engine = rru.fallback_engine(self.name, exc, pg_pool, settings)
+            circuit.failed(self.name, exc, falls_back=engine is not None)
             if engine is None:
                 raise
             engine = with_schema(engine, settings=settings)
             return self._peek_postgres(engine)
+        circuit.succeeded()
         parts = reply.split()
         return self._state("redis", float(parts[1]), float(parts[2]) if len(parts) > 2 else 0.0)
 

@@ -130,3 +130,22 @@ async def _has_attempt(engine: AsyncEngine, job_id: Any) -> bool:
     async with engine.connect() as conn:
         stmt = select(job_attempts.c.id).where(job_attempts.c.job_id == job_id)
         return (await conn.execute(stmt)).first() is not None
+
+
+async def test_a_reclaimed_job_keeps_its_place_in_the_queue(engine: AsyncEngine) -> None:
+    """Reclaim puts the job back where it was (``scheduled_at`` kept), not behind the
+    backlog that arrived while it ran."""
+    client = JobsClient(SqlBackend(engine))
+    from taskq.actor_config_ops import sync_actor_config
+
+    async with transaction(engine) as conn:
+        await sync_actor_config(conn, basic.registry.values())
+    first = await client.enqueue(basic.noop, basic.Empty())
+    assert await _claim_as(engine, uuid4(), lease_s=-1.0) == [first.job_id]
+    backlog = [await client.enqueue(basic.noop, basic.Empty()) for _ in range(5)]
+    assert await Sweeper(engine, basic.registry).reclaim_expired() == 1
+    stmt = dq.claim_jobs(engine.dialect.name, queues_=("default",), actors=("e2e_noop",), limit=1)
+    async with transaction(engine) as conn:
+        claimed = (await conn.execute(stmt, {"worker_id": uuid4(), "lease_s": 60.0})).all()
+    assert [row.id for row in claimed] == [first.job_id]
+    assert len(backlog) == 5

@@ -62,7 +62,7 @@ async def _holding(
     await limits.boot([ref])
     job = RunningJob(row={"id": uuid4(), "queue": "default"}, ref=ref, worker_id=worker)
     await limits.acquire(job, {})
-    dispatcher = SimpleNamespace(inflight={job.id: job})
+    dispatcher = SimpleNamespace(inflight={job.id: job}, running={})
     heartbeat = Heartbeat(
         engine,
         cast(Any, dispatcher),

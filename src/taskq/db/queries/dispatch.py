@@ -16,6 +16,7 @@ from sqlalchemy import (
     Float,
     Integer,
     Select,
+    Text,
     Update,
     and_,
     any_,
@@ -38,6 +39,7 @@ from taskq.db.dialect import now, now_plus
 from taskq.db.tables import actor_config, job_attempts, jobs, queues, reservation_slots
 
 __all__ = [
+    "ATTEMPT_MAX",
     "CLAIM_COLUMNS",
     "NOTIFY_CHANNEL_PREFIX",
     "attach_slots",
@@ -79,6 +81,27 @@ CLAIM_COLUMNS: Final = (
     jobs.c.waiting_on,
 )
 """What a claim returns: everything one attempt needs, so execution reads nothing else."""
+
+ATTEMPT_MAX: Final = 2**31 - 1
+"""The largest ``attempt`` the column holds: a row there cannot be claimed again."""
+_SEQ_MAX: Final = 2**63 - 1
+
+_AS_TEXT: Final = frozenset({"payload", "trace_context"})
+"""JSON columns the claim returns as text: the worker decodes each row on its own, so one
+undecodable document (nested past the decoder's depth) fails that row, not the batch."""
+
+
+def _claim_returning() -> list[ColumnElement[Any]]:
+    return [
+        cast(col, Text()).label(col.name) if col.name in _AS_TEXT else col for col in CLAIM_COLUMNS
+    ]
+
+
+def _bounded_increment(col: Any, top: int) -> ColumnElement[Any]:
+    """``col + 1`` that never overflows: a row at the top keeps its value (the worker then
+    fails it as unclaimable rather than every claim statement failing on it)."""
+    return case((col < literal(top, type_=BigInteger()), col + 1), else_=col)
+
 
 _READY: Final[tuple[ColumnClause[Any], ...]] = (
     literal_column("'pending'"),
@@ -128,7 +151,9 @@ def claim_jobs(
     Ready: ``pending``/``scheduled`` with ``scheduled_at`` reached, its queue not paused,
     its actor present in ``actor_config`` and not in drain mode (``max_concurrent = 0``).
     Order: priority (high first), then ``scheduled_at``. Claimed rows become
-    ``running`` with ``attempt + 1``, ``locked_by = :worker_id`` and a lease of
+    ``running`` with ``attempt + 1`` (a row already at :data:`ATTEMPT_MAX` keeps it, and
+    the worker fails it unrun), ``payload`` and ``trace_context`` come back as JSON text
+    (decoded per row by the worker), ``locked_by = :worker_id`` and a lease of
     ``:lease_s`` seconds. ``skip_running_identities`` leaves out jobs whose
     ``(actor, identity_key)`` already has a running job (the ``running_identities``
     snapshot, read in the same statement before the row locks: best-effort fairness).
@@ -163,14 +188,14 @@ def claim_jobs(
         .where(jobs.c.id.in_(ready.scalar_subquery()))
         .values(
             status=_RUNNING,
-            attempt=jobs.c.attempt + 1,
+            attempt=_bounded_increment(jobs.c.attempt, ATTEMPT_MAX),
             locked_by=bindparam("worker_id", type_=jobs.c.locked_by.type),
             lease_expires_at=now_plus(dialect_name, _seconds("lease_s")),
             started_at=ts,
             updated_at=ts,
-            progress_seq=jobs.c.progress_seq + 1,
+            progress_seq=_bounded_increment(jobs.c.progress_seq, _SEQ_MAX),
         )
-        .returning(*CLAIM_COLUMNS)
+        .returning(*_claim_returning())
     )
 
 

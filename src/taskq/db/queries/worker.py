@@ -40,6 +40,7 @@ __all__ = [
     "finish_worker",
     "flush_progress",
     "heartbeat_worker",
+    "held_jobs",
     "queue_caps",
     "register_worker",
     "release_jobs",
@@ -105,15 +106,36 @@ def finish_worker(dialect_name: str, worker_id: UUID, status: str = "stopped") -
 
 
 def renew_job_leases(dialect_name: str, worker_id: UUID, lease_s: float) -> Update:
-    """Extend the lease of this worker's running rows listed in ``ids`` (expanding param)."""
+    """Extend the lease of this worker's running rows listed in ``ids`` (expanding param),
+    RETURNING ``(id, attempt)`` of each row renewed.
+
+    A row another transaction has locked is skipped (``FOR UPDATE SKIP LOCKED`` on
+    Postgres), never waited for: the rows being locked are the worker's own outcome write
+    (finishing them, so they need no lease), and a renewal that waited on it while the
+    write waited on a row the renewal had locked was a deadlock. :func:`held_jobs` tells a
+    skipped row still ours from one lost.
+    """
+    mine: Select[Any] = select(jobs.c.id).where(
+        jobs.c.locked_by == worker_id,
+        jobs.c.status == _RUNNING,
+        jobs.c.id.in_(bindparam("ids", expanding=True)),
+    )
+    mine = mine.with_for_update(skip_locked=True)
     return (
         update(jobs)
-        .where(
-            jobs.c.locked_by == worker_id,
-            jobs.c.status == _RUNNING,
-            jobs.c.id.in_(bindparam("ids", expanding=True)),
-        )
+        .where(jobs.c.id.in_(mine.scalar_subquery()))
         .values(lease_expires_at=now_plus(dialect_name, _secs(lease_s)))
+        .returning(jobs.c.id, jobs.c.attempt)
+    )
+
+
+def held_jobs(worker_id: UUID) -> Select[Any]:
+    """``(id, attempt)`` of the rows in ``ids`` (expanding) still running under this
+    worker: a plain read, which no row lock blocks (the renewal's skipped rows)."""
+    return select(jobs.c.id, jobs.c.attempt).where(
+        jobs.c.locked_by == worker_id,
+        jobs.c.status == _RUNNING,
+        jobs.c.id.in_(bindparam("ids", expanding=True)),
     )
 
 
@@ -271,7 +293,8 @@ def expired_leases(dialect_name: str, limit: int) -> Select[Any]:
 def sweep_reclaim(dialect_name: str) -> Update:
     """The sweep's fenced write for one expired row (executemany).
 
-    ``b_status``: ``pending`` (reclaimed, the crashed attempt spends budget), or terminal
+    ``b_status``: ``pending`` (reclaimed, keeping its place in the queue: ``scheduled_at``
+    unchanged; the crashed attempt spends budget), or terminal
     ``abandoned``/``cancelled``. Fence: ``b_id``, ``b_worker``, ``b_attempt``, still running
     with an expired lease.
     """
@@ -294,7 +317,8 @@ def sweep_reclaim(dialect_name: str) -> Update:
             error_class=bindparam("b_error_class", type_=jobs.c.error_class.type),
             error=bindparam("b_error", type_=jobs.c.error.type),
             budget_used=jobs.c.budget_used + 1,
-            scheduled_at=case((terminal, jobs.c.scheduled_at), else_=ts),
+            # A reclaimed job keeps its place in the queue (``scheduled_at`` unchanged):
+            # it was next once already, and the crash was not its turn's fault.
             finished_at=case((terminal, ts), else_=null()),
             locked_by=null(),
             lease_expires_at=null(),
@@ -327,8 +351,8 @@ def queue_depth() -> Select[Any]:
 def release_jobs(dialect_name: str) -> Update:
     """Hand an unfinished claimed row back (executemany), fenced like a finish.
 
-    ``b_hold_s`` NULL releases it ``pending`` now; a number holds it ``scheduled`` that
-    many seconds ahead (a sync actor's thread may still be running in this process).
+    ``b_hold_s`` NULL releases it ``pending`` now, in its old place in the queue
+    (``scheduled_at`` unchanged); a number holds it ``scheduled`` that many seconds ahead (a sync actor's thread may still be running in this process).
     Budget is not spent: the attempt was interrupted by this worker, not by the job.
     ``b_seq`` is the event number the worker gave the release (stored in ``progress_seq``).
     """
@@ -348,7 +372,10 @@ def release_jobs(dialect_name: str) -> Update:
         )
         .values(
             status=case((hold.is_(None), literal("pending")), else_=literal("scheduled")),
-            scheduled_at=case((hold.is_(None), ts), else_=now_plus(dialect_name, hold)),
+            # Released now: it keeps its place in the queue; held: it waits that long.
+            scheduled_at=case(
+                (hold.is_(None), jobs.c.scheduled_at), else_=now_plus(dialect_name, hold)
+            ),
             locked_by=null(),
             lease_expires_at=null(),
             progress_seq=func.coalesce(
