@@ -37,6 +37,7 @@ MODULES: tuple[str, ...] = (
     "__init__.py",
     "db/__init__.py",
     "db/engine.py",
+    "db/caller_connection.py",
     "db/migrate.py",
     "backends/__init__.py",
     "backends/base.py",
