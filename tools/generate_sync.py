@@ -54,6 +54,7 @@ MODULES: tuple[str, ...] = (
     "cron/client.py",
     "ratelimit/__init__.py",
     "ratelimit/_redis_utils.py",
+    "ratelimit/settings_redis.py",
     "ratelimit/_sql.py",
     "ratelimit/token_bucket.py",
     "ratelimit/sliding_window.py",

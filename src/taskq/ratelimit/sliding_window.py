@@ -179,7 +179,7 @@ class SlidingWindow:
     ) -> RateLimitDecision:
         """Redis (with the Postgres fallback) or Postgres."""
         if self.backend == "redis":
-            client = rru.require_redis(redis_client, self.name)
+            client = rru.require_redis(redis_client, self.name, settings)
             try:
                 if self.style == "gcra":
                     request_id = None
@@ -219,7 +219,7 @@ class SlidingWindow:
         if not decision.allowed or decision.request_id is None or self.style != "log":
             return
         if decision.backend == "redis":
-            client = rru.require_redis(redis_client, self.name)
+            client = rru.require_redis(redis_client, self.name, settings)
             await client.zrem(self.redis_key, decision.request_id)
         elif decision.backend == "postgres":
             _log.warning("ratelimit.refund_noop bucket=%s backend=postgres", self.name)
@@ -248,7 +248,7 @@ class SlidingWindow:
             return await self._peek_postgres(
                 with_schema(require_engine(pg_pool, self.name), settings=settings)
             )
-        client = rru.require_redis(redis_client, self.name)
+        client = rru.require_redis(redis_client, self.name, settings)
         args = self._redis_args if self.style == "gcra" else (*self._redis_args, b"")
         try:
             reply = await rru.evalsha(client, self._script, (*args, b"peek"))

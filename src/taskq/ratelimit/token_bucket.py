@@ -180,7 +180,7 @@ class TokenBucket:
     ) -> RateLimitDecision:
         """Redis (with the Postgres fallback) or Postgres."""
         if self.backend == "redis":
-            client = rru.require_redis(redis_client, self.name)
+            client = rru.require_redis(redis_client, self.name, settings)
             try:
                 if count == 1.0:
                     reply = await rru.evalsha(
@@ -225,7 +225,7 @@ class TokenBucket:
                 count=count,
             )
         elif decision.backend == "redis":
-            client = rru.require_redis(redis_client, self.name)
+            client = rru.require_redis(redis_client, self.name, settings)
             await rru.evalsha(client, TOKEN_BUCKET, self._script_args(count, b"refund"))
         else:
             _log.warning("ratelimit.refund_noop bucket=%s backend=postgres", self.name)
@@ -252,7 +252,7 @@ class TokenBucket:
             return await self._peek_postgres(
                 with_schema(require_engine(pg_pool, self.name), settings=settings)
             )
-        client = rru.require_redis(redis_client, self.name)
+        client = rru.require_redis(redis_client, self.name, settings)
         try:
             reply = await rru.evalsha(
                 client, TOKEN_BUCKET, self._script_args(min(1.0, self.capacity), b"peek")

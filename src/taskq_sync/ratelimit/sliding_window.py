@@ -172,7 +172,7 @@ class SlidingWindow:
     ) -> RateLimitDecision:
         """Redis (with the Postgres fallback) or Postgres."""
         if self.backend == "redis":
-            client = rru.require_redis(redis_client, self.name)
+            client = rru.require_redis(redis_client, self.name, settings)
             try:
                 if self.style == "gcra":
                     request_id = None
@@ -208,7 +208,7 @@ class SlidingWindow:
         if not decision.allowed or decision.request_id is None or self.style != "log":
             return
         if decision.backend == "redis":
-            client = rru.require_redis(redis_client, self.name)
+            client = rru.require_redis(redis_client, self.name, settings)
             client.zrem(self.redis_key, decision.request_id)
         elif decision.backend == "postgres":
             _log.warning("ratelimit.refund_noop bucket=%s backend=postgres", self.name)
@@ -237,7 +237,7 @@ class SlidingWindow:
             return self._peek_postgres(
                 with_schema(require_engine(pg_pool, self.name), settings=settings)
             )
-        client = rru.require_redis(redis_client, self.name)
+        client = rru.require_redis(redis_client, self.name, settings)
         args = self._redis_args if self.style == "gcra" else (*self._redis_args, b"")
         try:
             reply = rru.evalsha(client, self._script, (*args, b"peek"))

@@ -1,0 +1,150 @@
+"""Run by ``manage.py test`` (Django's runner, real Postgres, a real worker process).
+
+Started by ``tests/integration/frameworks/test_django.py``, which checks the run passed
+and that the test database was dropped.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from django.db import connection, transaction
+from django.test import Client, TestCase, TransactionTestCase
+from shop.actors import OrderRef, ship_order
+from shop.models import Order, Shipment
+from shop.tasks import add, boom
+
+from taskq.contrib.django import enqueue, get_taskq
+from taskq.contrib.django.testing import TaskQTestMixin, run_jobs_immediately
+
+HERE = Path(__file__).resolve().parent.parent
+
+
+def jobs_in_db() -> int:
+    with connection.cursor() as cur:
+        cur.execute("SELECT count(*) FROM taskq.jobs")
+        return int(cur.fetchone()[0])
+
+
+class Worker:
+    """``manage.py taskq_worker`` on the test database, stopped with SIGTERM."""
+
+    def __init__(self, *args: str) -> None:
+        env = {**os.environ, "DJ_DB_NAME": connection.settings_dict["NAME"]}
+        env["TASKQ_POLL_INTERVAL"] = "0.1"
+        self.proc = subprocess.Popen(
+            [sys.executable, "manage.py", "taskq_worker", *args],
+            cwd=HERE,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    def stop(self) -> str:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            out, _ = self.proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, _ = self.proc.communicate()
+        return out
+
+
+def wait_terminal(job_id: Any, timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    tq = get_taskq()
+    while time.monotonic() < deadline:
+        record = tq.get(job_id).record
+        assert record is not None
+        if record.is_terminal:
+            return record.status
+        time.sleep(0.1)
+    raise AssertionError(f"job {job_id} not finished in {timeout}s")
+
+
+class CommitAndRollback(TaskQTestMixin, TransactionTestCase):
+    def test_commit_enqueues_exactly_one_job_that_a_worker_runs(self) -> None:
+        with transaction.atomic():
+            order = Order.objects.create(user="a")
+            handle = enqueue(ship_order, OrderRef(order_id=order.pk))
+            # inside the block, on Django's connection: visible here, not committed
+            self.assertEqual(jobs_in_db(), 1)
+        worker = Worker()  # no -q: it claims queue "shop", its actor's
+        try:
+            self.assertEqual(wait_terminal(handle.job_id), "succeeded")
+        finally:
+            out = worker.stop()
+        self.assertEqual(Shipment.objects.filter(order=order).count(), 1, out)
+        self.assertEqual(jobs_in_db(), 1)
+
+    def test_an_exception_leaves_no_row_and_no_job(self) -> None:
+        with self.assertRaises(RuntimeError), transaction.atomic():
+            order = Order.objects.create(user="b")
+            enqueue(ship_order, OrderRef(order_id=order.pk))
+            raise RuntimeError("view failed")
+        self.assertEqual(Order.objects.count(), 0)
+        self.assertEqual(jobs_in_db(), 0)
+
+    def test_tasks_backend_round_trip(self) -> None:
+        ok = add.enqueue(2, 3)
+        bad = boom.enqueue()
+        self.assertEqual(ok.status, "READY")
+        worker = Worker()
+        try:
+            wait_terminal(__import__("uuid").UUID(ok.id))
+            wait_terminal(__import__("uuid").UUID(bad.id))
+        finally:
+            out = worker.stop()
+        ok.refresh()
+        bad.refresh()
+        self.assertEqual(ok.status, "SUCCESSFUL", out)
+        self.assertEqual(ok.return_value, 5)
+        self.assertEqual(bad.status, "FAILED")
+        self.assertEqual(bad.errors[0].exception_class_path, "builtins.ValueError")
+        self.assertIn("boom from a task", bad.errors[0].traceback)
+        self.assertEqual(add.get_result(ok.id).return_value, 5)
+
+
+class NestedAtomic(TaskQTestMixin, TestCase):
+    def test_a_rolled_back_savepoint_takes_its_job_with_it(self) -> None:
+        with transaction.atomic():
+            order = Order.objects.create(user="c")
+            enqueue(ship_order, OrderRef(order_id=order.pk))
+            try:
+                with transaction.atomic():  # a savepoint
+                    enqueue(ship_order, OrderRef(order_id=order.pk))
+                    self.assertEqual(jobs_in_db(), 2)
+                    raise RuntimeError("inner fails")
+            except RuntimeError:
+                pass
+            self.assertEqual(jobs_in_db(), 1)
+        self.assertEqual(jobs_in_db(), 1)
+
+    def test_immediate_mode_runs_the_actor_in_process_and_writes_no_job(self) -> None:
+        order = Order.objects.create(user="d")
+        with run_jobs_immediately():
+            enqueue(ship_order, {"order_id": order.pk})
+        self.assertEqual(Shipment.objects.filter(order=order).count(), 1)
+        self.assertEqual(jobs_in_db(), 0)
+
+    def test_keyed_per_user_bucket_from_a_view(self) -> None:
+        client = Client()
+        codes: dict[str, list[int]] = {"u1": [], "u2": []}
+        for _ in range(5):
+            codes["u1"].append(client.get("/orders/u1").status_code)
+        for _ in range(4):
+            codes["u2"].append(client.get("/orders/u2").status_code)
+        self.assertEqual(codes["u1"], [200, 200, 200, 429, 429])
+        self.assertEqual(codes["u2"], [200, 200, 200, 429])
+        denied = client.get("/orders/u1")
+        self.assertEqual(denied.status_code, 429)
+        self.assertGreaterEqual(int(denied["Retry-After"]), 1)
+        self.assertEqual(Order.objects.count(), 6)
+        self.assertEqual(jobs_in_db(), 6)
