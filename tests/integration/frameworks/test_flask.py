@@ -71,7 +71,7 @@ def test_commit_enqueues_one_job_that_a_worker_without_q_runs_once(
         while time.monotonic() < deadline and not runs.read_text():
             time.sleep(0.1)
         with app.app_context():
-            record = flask_app.taskq_ext.tq.get(_job_id(reply.get_json())).wait(timeout=30)
+            record: object = flask_app.taskq_ext.tq.get(_job_id(reply.get_json())).wait(timeout=30)
             assert record is None  # the actor returns nothing
     finally:
         assert stop_worker(proc) == 0, (tmp_path / "worker.log").read_text()
