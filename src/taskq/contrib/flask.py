@@ -124,9 +124,11 @@ class TaskQ:
         self, limit: str | KeyedRateLimitRef[Any], *, key: str | None = None, count: float = 1.0
     ) -> RateLimitDecision:
         """Take from ``limit`` (a name, or a keyed ref with ``key=``) with the app's
-        settings (``TASKQ_REDIS_URL``); :func:`too_many_requests` a denial."""
+        settings (``TASKQ_REDIS_URL``) and engine (Postgres-backed buckets);
+        :func:`too_many_requests` a denial."""
+        state = self._state()
         with registry.acquire(
-            limit, key=key, count=count, settings=self._state().settings
+            limit, key=key, count=count, pg_pool=state.client().engine, settings=state.settings
         ) as decision:
             return decision
 

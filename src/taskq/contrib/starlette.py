@@ -81,7 +81,10 @@ async def acquire_rate_limit(
     count: float = 1.0,
 ) -> RateLimitDecision:
     """Take from ``limit`` (a name, or a keyed ref with ``key=``) with the app's taskq
-    settings; :func:`too_many_requests` a denial."""
-    settings = get_taskq(request).settings
-    async with registry.acquire(limit, key=key, count=count, settings=settings) as decision:
+    settings (Redis) and engine (Postgres-backed buckets); :func:`too_many_requests` a
+    denial."""
+    tq = get_taskq(request)
+    async with registry.acquire(
+        limit, key=key, count=count, pg_pool=tq.engine, settings=tq.settings
+    ) as decision:
         return decision

@@ -26,9 +26,12 @@ def acquire_rate_limit(
 ) -> RateLimitDecision:
     """Take ``count`` from rate limit ``limit`` (a registered name, or a keyed ref with
     ``key=``, e.g. the user's id) in the default registry, with the project's taskq
-    settings (its ``REDIS_URL``); returns the decision (``too_many_requests`` it when
+    settings (its ``REDIS_URL``) and database (Postgres-backed buckets); returns the decision (``too_many_requests`` it when
     denied)."""
-    from taskq.contrib.django.conf import taskq_settings
+    from taskq.contrib.django.client import get_taskq
 
-    with registry.acquire(limit, key=key, count=count, settings=taskq_settings()) as decision:
+    tq = get_taskq()
+    with registry.acquire(
+        limit, key=key, count=count, pg_pool=tq.engine, settings=tq.settings
+    ) as decision:
         return decision
