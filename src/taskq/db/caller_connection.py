@@ -57,7 +57,7 @@ def accepted_connection(connection: object) -> None:
     if isinstance(connection, (AsyncConnection, psycopg.AsyncConnection)):
         return
     hint = ""
-    if type(connection).__name__ == "DatabaseWrapper":
+    if type(connection).__module__.startswith("django."):
         hint = " (Django's connection: use taskq.contrib.django's enqueue, or pass connection.connection)"
     raise TypeError(
         f"connection= takes {_ACCEPTED}, got {type(connection).__module__}."

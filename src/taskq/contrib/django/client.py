@@ -90,7 +90,8 @@ def raw_connection(connection: Any) -> Any:
     Anything that is not Django's connection is returned unchanged (for
     ``connection=``'s own check).
     """
-    if type(connection).__name__ == "DatabaseWrapper" and hasattr(connection, "ensure_connection"):
+    # A DatabaseWrapper, or django.db.connection (a proxy to the default one).
+    if hasattr(connection, "ensure_connection") and hasattr(connection, "settings_dict"):
         connection.ensure_connection()
         return connection.connection
     return connection

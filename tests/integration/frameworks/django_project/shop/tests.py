@@ -20,7 +20,7 @@ from shop.actors import OrderRef, ship_order
 from shop.models import Order, Shipment
 from shop.tasks import add, boom
 
-from taskq.contrib.django import enqueue, get_taskq
+from taskq.contrib.django import enqueue, enqueue_on_commit, get_taskq
 from taskq.contrib.django.testing import TaskQTestMixin, run_jobs_immediately
 
 HERE = Path(__file__).resolve().parent.parent
@@ -92,6 +92,17 @@ class CommitAndRollback(TaskQTestMixin, TransactionTestCase):
         self.assertEqual(Order.objects.count(), 0)
         self.assertEqual(jobs_in_db(), 0)
 
+    def test_enqueue_on_commit_enqueues_after_the_commit_and_not_after_a_rollback(self) -> None:
+        with transaction.atomic():
+            order = Order.objects.create(user="f")
+            enqueue_on_commit(ship_order, OrderRef(order_id=order.pk))
+            self.assertEqual(jobs_in_db(), 0)
+        self.assertEqual(jobs_in_db(), 1)
+        with self.assertRaises(RuntimeError), transaction.atomic():
+            enqueue_on_commit(ship_order, OrderRef(order_id=order.pk))
+            raise RuntimeError("rolled back")
+        self.assertEqual(jobs_in_db(), 1)
+
     def test_tasks_backend_round_trip(self) -> None:
         ok = add.enqueue(2, 3)
         bad = boom.enqueue()
@@ -125,6 +136,22 @@ class NestedAtomic(TaskQTestMixin, TestCase):
             except RuntimeError:
                 pass
             self.assertEqual(jobs_in_db(), 1)
+        self.assertEqual(jobs_in_db(), 1)
+
+    def test_enqueue_on_commit_waits_for_the_commit(self) -> None:
+        with self.captureOnCommitCallbacks(execute=False) as callbacks, transaction.atomic():
+            order = Order.objects.create(user="e")
+            enqueue_on_commit(ship_order, OrderRef(order_id=order.pk))
+            self.assertEqual(jobs_in_db(), 0)
+        self.assertEqual(len(callbacks), 1)
+        self.assertEqual(jobs_in_db(), 0)  # not before the commit runs the callback
+
+    def test_djangos_connection_given_to_the_plain_facade_is_a_clear_type_error(self) -> None:
+        with self.assertRaisesMessage(TypeError, "taskq.contrib.django"):
+            get_taskq().enqueue(ship_order, OrderRef(order_id=1), connection=connection)
+        # through the integration the same connection is accepted
+        with transaction.atomic():
+            enqueue(ship_order, OrderRef(order_id=1), connection=connection)
         self.assertEqual(jobs_in_db(), 1)
 
     def test_immediate_mode_runs_the_actor_in_process_and_writes_no_job(self) -> None:
