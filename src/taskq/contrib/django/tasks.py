@@ -25,10 +25,11 @@ A Django task runs once (no retries: Django Tasks has no retry semantics of its 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import traceback
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -66,7 +67,15 @@ task_enqueued: Any = _signals.task_enqueued
 task_started: Any = _signals.task_started
 task_finished: Any = _signals.task_finished
 
-__all__ = ["RUNNER_ACTOR", "TaskQBackend", "configured_backends", "runner_actor"]
+__all__ = [
+    "RUNNER_ACTOR",
+    "TaskQBackend",
+    "TaskQTask",
+    "configured_backends",
+    "runner_actor",
+    "task_actor",
+    "task_actors",
+]
 
 RUNNER_ACTOR = "django.task"
 
@@ -91,8 +100,7 @@ class TaskFailed(Exception):
     ``TaskResult.errors``."""
 
 
-@actor(name=RUNNER_ACTOR, retry=RetryPolicy(max_attempts=1))
-def runner_actor(payload: TaskCall, ctx: JobContext[TaskCall]) -> TaskReturn:
+def _run(payload: TaskCall, ctx: JobContext[TaskCall]) -> TaskReturn:
     """Run the Django task the payload names, sending ``task_started``/``task_finished``."""
     from django.db import close_old_connections
 
@@ -126,6 +134,54 @@ def runner_actor(payload: TaskCall, ctx: JobContext[TaskCall]) -> TaskReturn:
     object.__setattr__(result, "_return_value", value)
     task_finished.send(sender=type(backend), task_result=result)
     return TaskReturn(value=value)
+
+
+runner_actor = actor(name=RUNNER_ACTOR, retry=RetryPolicy(max_attempts=1))(_run)
+"""The actor that runs every Django task declared without taskq options."""
+
+TASKQ_OPTIONS = ("rate_limits", "reservations", "max_pending", "max_concurrent", "start_to_close")
+"""The ``@task(...)`` options (Django 6.1 passes them to the backend's task class) that
+are taskq's own: a task declaring any of them runs as its own actor, with them."""
+
+_TASK_ACTORS: dict[str, Any] = {}
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class TaskQTask(Task):
+    """A Django task with taskq's options (``@task(rate_limits=["api"])`` on Django 6.1)."""
+
+    rate_limits: tuple[Any, ...] = ()
+    reservations: tuple[Any, ...] = ()
+    max_pending: int | None = None
+    max_concurrent: int | None = None
+    start_to_close: timedelta | None = None
+
+
+def task_actor(task: Any) -> Any:
+    """The taskq actor that runs ``task``: its own (``django.task.<module path>``, with the
+    task's taskq options) when it declares any, else :data:`runner_actor`."""
+    options = {
+        name: getattr(task, name)
+        for name in TASKQ_OPTIONS
+        if getattr(task, name, None) not in (None, ())
+    }
+    if not options:
+        return runner_actor
+    name = f"{RUNNER_ACTOR}.{task.module_path}"
+    found = _TASK_ACTORS.get(name)
+    if found is None:
+        for key in ("rate_limits", "reservations"):
+            if key in options:
+                options[key] = list(options[key])
+        found = _TASK_ACTORS[name] = actor(
+            name=name, queue=task.queue_name, retry=RetryPolicy(max_attempts=1), **options
+        )(_run)
+    return found
+
+
+def task_actors() -> list[Any]:
+    """Every per-task actor made so far (the worker runs them with the runner)."""
+    return list(_TASK_ACTORS.values())
 
 
 def _task(path: str, alias: str) -> Any:
@@ -167,6 +223,13 @@ class TaskQBackend(BaseTaskBackend):
     supports_async_task = True
     supports_get_result = True
     supports_priority = True
+    task_class = TaskQTask
+
+    def validate_task(self, task: Any) -> None:
+        """Django's checks, then the task's taskq actor is made (at ``@task`` time, so a
+        worker that imported the task module knows it)."""
+        super().validate_task(task)
+        task_actor(task)
 
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
         """Enqueue ``task(*args, **kwargs)`` as a taskq job, in Django's transaction."""
@@ -177,7 +240,7 @@ class TaskQBackend(BaseTaskBackend):
             task=task.module_path, positional=list(args), keywords=dict(kwargs), backend=self.alias
         )
         handle = enqueue(
-            runner_actor,
+            task_actor(task),
             call,
             queue=task.queue_name,
             priority=task.priority,

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import django
 from django.db import connection, transaction
 from django.test import Client, TestCase, TransactionTestCase
 from shop.actors import OrderRef, ship_order
@@ -121,6 +122,31 @@ class CommitAndRollback(TaskQTestMixin, TransactionTestCase):
         self.assertEqual(bad.errors[0].exception_class_path, "builtins.ValueError")
         self.assertIn("boom from a task", bad.errors[0].traceback)
         self.assertEqual(add.get_result(ok.id).return_value, 5)
+
+
+if django.VERSION >= (6, 1):
+
+    class TaskOptions(TaskQTestMixin, TransactionTestCase):
+        def test_a_task_with_taskq_options_runs_as_its_own_rate_limited_actor(self) -> None:
+            from shop.tasks import LIMITED_API, limited
+
+            from taskq.contrib.django.tasks import task_actor
+
+            ref = task_actor(limited)
+            self.assertEqual(ref.name, "django.task.shop.tasks.limited")
+            self.assertEqual(ref.rate_limits, [LIMITED_API])
+            result = limited.enqueue(4)
+            record = get_taskq().get(__import__("uuid").UUID(result.id)).record
+            assert record is not None
+            self.assertEqual(record.actor, ref.name)
+            worker = Worker()
+            try:
+                wait_terminal(record.id)
+            finally:
+                out = worker.stop()
+            result.refresh()
+            self.assertEqual(result.status, "SUCCESSFUL", out)
+            self.assertEqual(result.return_value, 40)
 
 
 class NestedAtomic(TaskQTestMixin, TestCase):

@@ -33,7 +33,7 @@ class Command(BaseCommand):
         parser.add_argument("-c", "--concurrency", type=int, default=None)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from taskq.contrib.django.tasks import configured_backends, runner_actor
+        from taskq.contrib.django.tasks import configured_backends, runner_actor, task_actors
         from taskq.worker.run import worker_main
 
         actors: dict[str, Any]
@@ -52,7 +52,10 @@ class Command(BaseCommand):
         backends = configured_backends()
         extra_queues: set[str] = set()
         if backends:
+            autodiscover_modules("tasks")  # each @task declaring taskq options makes its actor
             actors[runner_actor.name] = runner_actor
+            for ref in task_actors():
+                actors[ref.name] = ref
             for backend in backends:
                 extra_queues |= set(backend.queues or ())
         settings = taskq_settings(WorkerSettings)
