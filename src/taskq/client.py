@@ -16,7 +16,7 @@ from uuid import UUID
 
 from pydantic import BaseModel, TypeAdapter
 from sqlalchemy.engine import URL
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from taskq._ids import new_job_ids
 from taskq.actor import ActorRef, find_actor, get_actor
@@ -26,7 +26,9 @@ from taskq.backends.held import held_connections_cap
 from taskq.backends.sql import SqlBackend
 from taskq.bulk_rows import BulkOutcomes, BulkRows
 from taskq.cron.client import SchedulesClient
+from taskq.db.caller_connection import CallerConnection, accepted_connection
 from taskq.db.engine import make_engine, with_schema
+from taskq.db.fork import track_engine
 from taskq.exceptions import JobNotFoundError
 from taskq.handle import JobHandle, JobHandles
 from taskq.ops.jobs import JobOperations
@@ -97,14 +99,17 @@ class JobsClient(JobOperations):
         metadata: Mapping[str, Any] | None = None,
         start_to_close: timedelta | None = None,
         schedule_to_close: timedelta | None = None,
-        connection: AsyncConnection | None = None,
+        connection: CallerConnection | None = None,
     ) -> JobHandle[R]:
         """Put one job in the queue and return its handle.
 
         ``connection``: run inside the caller's open transaction (a rollback leaves no
-        job). Raises ``PayloadValidationError``, ``SingletonCollisionError``,
+        job): a SQLAlchemy connection or a psycopg one, never committed, rolled back or
+        closed by taskq; anything else is a ``TypeError``. Raises ``PayloadValidationError``, ``SingletonCollisionError``,
         ``MaxPendingExceededError``, ``ValueError``/``TypeError`` for bad options.
         """
+        if connection is not None:
+            accepted_connection(connection)
         ref = _resolve(actor)
         with enqueue_span((ref.name,), 1) as span:
             request = build_request(
@@ -129,7 +134,7 @@ class JobsClient(JobOperations):
         self,
         items: Sequence[EnqueueArgs | tuple[ActorRef[Any, Any] | str, Any]],
         *,
-        connection: AsyncConnection | None = None,
+        connection: CallerConnection | None = None,
     ) -> Sequence[JobHandle[Any]]:
         """Enqueue many jobs in one transaction (one INSERT or COPY for those with no dedup
         checks) and return their handles, one per item, in order.
@@ -143,6 +148,8 @@ class JobsClient(JobOperations):
         model)`` pairs a :class:`~taskq.handle.JobHandles` that makes each handle when it
         is first read.
         """
+        if connection is not None:
+            accepted_connection(connection)
         if not items:
             return []
         made = _Items(items)
@@ -210,6 +217,7 @@ class TaskQ:
         self._owns_engine = engine is None
         if engine is None:
             engine = make_engine(dsn, settings=self.settings)
+        track_engine(engine)  # a forked child gets a fresh pool (taskq.db.fork)
         self.engine = with_schema(engine, settings=self.settings)
         """The engine taskq runs on: the one passed (or made), with the schema applied."""
         self.backend = SqlBackend(

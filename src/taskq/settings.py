@@ -155,7 +155,13 @@ class WorkerSettings(TaskQSettings):
     """Settings of a worker process, on top of :class:`TaskQSettings`."""
 
     max_concurrency: int = Field(default=10, ge=1, description="Jobs one process runs at once.")
-    queues: tuple[str, ...] = Field(default=("default",), description="Queues this worker claims.")
+    queues: tuple[str, ...] = Field(
+        default=("default",),
+        description=(
+            "Queues this worker claims. Unset, a worker claims the queues of its actors "
+            "(taskq.worker.queues); this default applies where no actors are known."
+        ),
+    )
     lock_lease: timedelta = Field(
         default=timedelta(seconds=60),
         description="How long a claimed job stays this worker's without a heartbeat.",

@@ -17,12 +17,13 @@ from typing import Any, TypeVar, cast
 from uuid import UUID
 
 from pydantic import BaseModel, TypeAdapter
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 from sqlalchemy.engine import URL
 
 from taskq._ids import new_job_ids
 from taskq.actor import ActorRef, find_actor, get_actor
 from taskq.bulk_rows import BulkOutcomes, BulkRows
+from taskq.db.fork import track_engine
 from taskq.exceptions import JobNotFoundError
 from taskq.records import (
     ITEM_OPTIONS,
@@ -42,6 +43,7 @@ from taskq_sync.backends.base import Backend
 from taskq_sync.backends.held import held_connections_cap
 from taskq_sync.backends.sql import SqlBackend
 from taskq_sync.cron.client import SchedulesClient
+from taskq_sync.db.caller_connection import CallerConnection, accepted_connection
 from taskq_sync.db.engine import make_engine, with_schema
 from taskq_sync.handle import JobHandle, JobHandles
 from taskq_sync.ops.jobs import JobOperations
@@ -98,14 +100,17 @@ class JobsClient(JobOperations):
         metadata: Mapping[str, Any] | None = None,
         start_to_close: timedelta | None = None,
         schedule_to_close: timedelta | None = None,
-        connection: Connection | None = None,
+        connection: CallerConnection | None = None,
     ) -> JobHandle[R]:
         """Put one job in the queue and return its handle.
 
         ``connection``: run inside the caller's open transaction (a rollback leaves no
-        job). Raises ``PayloadValidationError``, ``SingletonCollisionError``,
+        job): a SQLAlchemy connection or a psycopg one, never committed, rolled back or
+        closed by taskq; anything else is a ``TypeError``. Raises ``PayloadValidationError``, ``SingletonCollisionError``,
         ``MaxPendingExceededError``, ``ValueError``/``TypeError`` for bad options.
         """
+        if connection is not None:
+            accepted_connection(connection)
         ref = _resolve(actor)
         with enqueue_span((ref.name,), 1) as span:
             request = build_request(
@@ -130,7 +135,7 @@ class JobsClient(JobOperations):
         self,
         items: Sequence[EnqueueArgs | tuple[ActorRef[Any, Any] | str, Any]],
         *,
-        connection: Connection | None = None,
+        connection: CallerConnection | None = None,
     ) -> Sequence[JobHandle[Any]]:
         """Enqueue many jobs in one transaction (one INSERT or COPY for those with no dedup
         checks) and return their handles, one per item, in order.
@@ -144,6 +149,8 @@ class JobsClient(JobOperations):
         model)`` pairs a :class:`~taskq.handle.JobHandles` that makes each handle when it
         is first read.
         """
+        if connection is not None:
+            accepted_connection(connection)
         if not items:
             return []
         made = _Items(items)
@@ -209,6 +216,7 @@ class TaskQ:
         self._owns_engine = engine is None
         if engine is None:
             engine = make_engine(dsn, settings=self.settings)
+        track_engine(engine)  # a forked child gets a fresh pool (taskq.db.fork)
         self.engine = with_schema(engine, settings=self.settings)
         """The engine taskq runs on: the one passed (or made), with the schema applied."""
         self.backend = SqlBackend(

@@ -9,6 +9,7 @@ long, and how a dead or long-idle connection is handled.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from types import TracebackType
@@ -17,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import QueuePool
 
 import taskq.db.dialect as dialects
+from taskq.db.fork import forked_since, inherited
 
 __all__ = ["HeldConnections", "Lease", "held_connections_cap"]
 
@@ -76,6 +78,17 @@ class HeldConnections:
         self._idle: list[tuple[AsyncConnection, float]] = []
         self._lock = threading.Lock()
         self._closed = False
+        self._pid = os.getpid()
+
+    def _after_fork(self) -> None:
+        """In a forked child: forget the parent's connections without touching them
+        (:mod:`taskq.db.fork`); the child checks out its own."""
+        with self._lock:
+            if forked_since(self._pid):
+                inherited(self._idle)
+                self._idle = []
+                self._lock = threading.Lock()
+                self._pid = os.getpid()
 
     @property
     def idle(self) -> int:
@@ -84,6 +97,8 @@ class HeldConnections:
 
     async def acquire(self) -> AsyncConnection:
         """A connection for the caller alone: a held idle one, else a new checkout."""
+        if forked_since(self._pid):
+            self._after_fork()
         stale: list[tuple[AsyncConnection, float]] = []
         conn: AsyncConnection | None = None
         now = time.monotonic()
@@ -103,6 +118,9 @@ class HeldConnections:
 
     async def release(self, conn: AsyncConnection) -> None:
         """Keep ``conn`` for the next caller, or return it to the pool if enough are kept."""
+        if forked_since(self._pid):  # checked out in the parent: never the child's to return
+            inherited([conn])
+            return
         if not conn.invalidated:
             with self._lock:
                 if not self._closed and len(self._idle) < self.keep:
@@ -121,6 +139,8 @@ class HeldConnections:
 
     async def drop_idle(self) -> None:
         """Return every idle connection to the pool (which re-checks them after a disconnect)."""
+        if forked_since(self._pid):
+            self._after_fork()
         with self._lock:
             idle, self._idle = self._idle, []
         for held, since in idle:

@@ -44,6 +44,7 @@ from taskq._acompat import ASYNC, asleep
 from taskq._ids import uuid_from_int
 from taskq.backends.held import HeldConnections
 from taskq.bulk_rows import BulkOutcomes, BulkRows
+from taskq.db.caller_connection import CallerConnection, caller_connection
 from taskq.db.dialect import advisory_xact_lock, traits, translate_error
 from taskq.db.engine import on_schema, transaction, with_schema
 from taskq.db.queries import copy_rows as cq
@@ -157,9 +158,10 @@ class SqlBackend:
         await self.held.aclose()
 
     async def enqueue(
-        self, requests: Sequence[EnqueueRequest], *, connection: AsyncConnection | None = None
+        self, requests: Sequence[EnqueueRequest], *, connection: CallerConnection | None = None
     ) -> list[EnqueueOutcome]:
-        """Apply ``requests`` in one transaction (or in the caller's, given ``connection``)."""
+        """Apply ``requests`` in one transaction (or in the caller's, given ``connection``:
+        a SQLAlchemy or psycopg connection, see :mod:`taskq.db.caller_connection`)."""
         if (
             connection is None
             and self._doc_insert
@@ -175,8 +177,11 @@ class SqlBackend:
                     return outcomes
         if connection is not None:
             try:
-                async with on_schema(connection, self._translate):
-                    return await self._enqueue_on(connection, requests)
+                async with (
+                    caller_connection(connection) as conn,
+                    on_schema(conn, self._translate),
+                ):
+                    return await self._enqueue_on(conn, requests)
             except DBAPIError as exc:
                 _raise_translated(exc)
         async with transaction(self.engine) as conn:

@@ -35,6 +35,7 @@ from taskq.db.dialect import (
     schema_translate_map,
     translate_error,
 )
+from taskq.db.fork import track_engine
 from taskq.settings import TaskQSettings
 
 __all__ = ["make_engine", "on_schema", "schema_map", "transaction", "with_schema"]
@@ -51,6 +52,7 @@ def make_engine(
     raw = url if url is not None else settings.effective_database_url
     full_url = async_url(raw)
     engine = create_async_engine(full_url, **engine_options(full_url, settings))
+    track_engine(engine)  # a forked child gets a fresh pool (taskq.db.fork)
     if is_sqlite(full_url):
         if ASYNC:
             install_sqlite_hooks(engine.sync_engine, settings.sqlite_busy_timeout_ms)

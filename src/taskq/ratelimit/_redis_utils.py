@@ -46,6 +46,7 @@ from taskq.exceptions import RedisExtraMissing, RedisUnavailableError
 from taskq.ratelimit import _sql
 from taskq.ratelimit._common import require_engine
 from taskq.ratelimit._lua import LuaScript, evalsha_command
+from taskq.ratelimit.settings_redis import settings_redis
 from taskq.settings import TaskQSettings
 
 if TYPE_CHECKING:
@@ -133,10 +134,15 @@ def redis_down_errors() -> tuple[type[BaseException], ...]:
     return REDIS_DOWN
 
 
-def require_redis(client: Redis | None, name: str) -> Redis:
-    """The client, or a clear error saying what to pass or install."""
+def require_redis(client: Redis | None, name: str, settings: TaskQSettings | None = None) -> Redis:
+    """The client, else the one of ``settings`` / ``TASKQ_REDIS_URL``
+    (:func:`~taskq.ratelimit.settings_redis.settings_redis`), or a clear error saying
+    what to pass or install."""
     if client is not None:
         return client
+    configured = settings_redis(settings)
+    if configured is not None:
+        return configured
     if importlib.util.find_spec("redis") is None:  # pragma: no cover - dev env has it
         raise RedisExtraMissing(
             f'{name!r} uses backend="redis" but the redis package is not installed: '
@@ -144,7 +150,7 @@ def require_redis(client: Redis | None, name: str) -> Redis:
         )
     raise RedisUnavailableError(
         f'{name!r} uses backend="redis": pass redis_client= (a redis-py client), '
-        'or use backend="postgres" or "memory"'
+        'set TASKQ_REDIS_URL, or use backend="postgres" or "memory"'
     )
 
 
@@ -258,7 +264,7 @@ async def reset_stored(
     if backend == "postgres":
         await _sql.sql_reset(require_engine(pg_pool, name), name)
         return
-    client = require_redis(redis_client, name)
+    client = require_redis(redis_client, name, settings)
     try:
         await client.delete(redis_key)
     except REDIS_DOWN as exc:

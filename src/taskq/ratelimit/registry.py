@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID
 
 from taskq.clock import Clock, SystemClock
-from taskq.constants import DEFAULT_RESERVATION_BACKOFF
+from taskq.constants import DEFAULT_RESERVATION_BACKOFF, validate_name
 from taskq.exceptions import ReservationUnavailable
 from taskq.ratelimit import _sql
 from taskq.ratelimit.composition import AcquiredResource, RateLimitHandle, ReservationHandle
@@ -240,27 +240,26 @@ class RateLimitRegistry:
     @asynccontextmanager
     async def acquire(
         self,
-        name: str,
+        name: str | KeyedRateLimitRef[Any],
         *,
+        key: str | None = None,
         count: float = 1.0,
         redis_client: Redis | None = None,
         pg_pool: AsyncEngine | None = None,
         clock: Clock | None = None,
         settings: TaskQSettings | None = None,
     ) -> AsyncIterator[RateLimitDecision]:
-        """Take from rate limit ``name`` for non-job code; yields the decision.
+        """Take from rate limit ``name`` for non-job code (a view, a script); yields the
+        decision.
 
-        Nothing is refunded on exit. A reservation name raises ``TypeError``.
+        ``name`` is a registered rate limit's name, or a :class:`KeyedRateLimitRef` with
+        ``key=``: the bucket for that key (``f"{base_name}:{key}"``) is made and registered
+        on first use, exactly as a job's payload would make it, so a view can limit each
+        user on their own. Without ``redis_client`` a Redis-backed bucket uses the client
+        of ``settings`` / ``TASKQ_REDIS_URL``. Nothing is refunded on exit. A reservation
+        name raises ``TypeError``.
         """
-        with self._lock:
-            primitive = self._rate_limits.get(name)
-            is_reservation = name in self._reservations
-        if primitive is None:
-            if is_reservation:
-                raise TypeError(
-                    f"{name!r} is a ConcurrencyReservation; acquire() takes rate limits only"
-                )
-            raise KeyError(f"no rate limit named {name!r} is registered")
+        primitive = await self._for_acquire(name, key, pg_pool, settings)
         if isinstance(primitive, TokenBucket):
             decision = await primitive.acquire(
                 count, redis_client=redis_client, pg_pool=pg_pool, clock=clock, settings=settings
@@ -270,6 +269,34 @@ class RateLimitRegistry:
                 redis_client=redis_client, pg_pool=pg_pool, clock=clock, settings=settings
             )
         yield decision
+
+    async def _for_acquire(
+        self,
+        name: str | KeyedRateLimitRef[Any],
+        key: str | None,
+        pg_pool: AsyncEngine | None,
+        settings: TaskQSettings | None,
+    ) -> TokenBucket | SlidingWindow:
+        """The primitive :meth:`acquire` takes from (see there)."""
+        if isinstance(name, KeyedRateLimitRef):
+            if not isinstance(key, str) or not key:
+                raise ValueError(
+                    f"acquire() of keyed rate limit {name.base_name!r} needs key= (a non-empty str)"
+                )
+            concrete = validate_name(f"{name.base_name}:{key}", kind="keyed concrete")
+            return await self._keyed_bucket(name, concrete, pg_pool)
+        if key is not None:
+            raise TypeError(f"key= is for a KeyedRateLimitRef; {name!r} is a plain rate limit name")
+        with self._lock:
+            primitive = self._rate_limits.get(name)
+            is_reservation = name in self._reservations
+        if primitive is None:
+            if is_reservation:
+                raise TypeError(
+                    f"{name!r} is a ConcurrencyReservation; acquire() takes rate limits only"
+                )
+            raise KeyError(f"no rate limit named {name!r} is registered")
+        return primitive
 
     # -- actor composition --------------------------------------------------------
 
@@ -390,7 +417,12 @@ class RateLimitRegistry:
             raise TypeError(
                 f"rate_limits entries are names, primitives or KeyedRateLimitRef, got {entry!r}"
             )
-        name = entry.concrete_name(payload, actor=actor)
+        return await self._keyed_bucket(entry, entry.concrete_name(payload, actor=actor), pg_pool)
+
+    async def _keyed_bucket(
+        self, entry: KeyedRateLimitRef[Any], name: str, pg_pool: AsyncEngine | None
+    ) -> TokenBucket | SlidingWindow:
+        """The keyed bucket ``name`` of ``entry``, made (and published) on first use."""
         bucket, fresh = self._materialize_rate_limit(entry, name)
         if fresh and pg_pool is not None and isinstance(bucket, TokenBucket):
             try:

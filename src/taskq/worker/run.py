@@ -48,6 +48,7 @@ from taskq.worker.heartbeat import Heartbeat
 from taskq.worker.leader import LeaderLease
 from taskq.worker.notify import Listener
 from taskq.worker.progress import Progress
+from taskq.worker.queues import claimed_queues
 from taskq.worker.resources import Dependencies, Limits, resolve_rate_limit_registry
 from taskq.worker.shutdown import WATCHDOG_TAIL_S, Phase, ShutdownState, Watchdog, pause
 from taskq.worker.state import Outcome, RunningJob
@@ -117,7 +118,8 @@ class Worker:
             raise ValueError("a worker needs at least one actor")
         # Before anything is built: a bad DI registration is a TypeError at construction.
         rl_registry = resolve_rate_limit_registry(rate_limit_registry, di_registry)
-        self.settings = settings
+        # No TASKQ_QUEUES/-q: the actors' queues; an explicit list missing one is warned.
+        self.settings = settings = claimed_queues(settings, actors)
         self.hard_exit = hard_exit
         self.actors = dict(actors)
         self.worker_id: UUID = new_uuid()

@@ -11,6 +11,7 @@ long, and how a dead or long-idle connection is handled.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from types import TracebackType
@@ -19,6 +20,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.pool import QueuePool
 
 import taskq.db.dialect as dialects
+from taskq.db.fork import forked_since, inherited
 
 __all__ = ["HeldConnections", "Lease", "held_connections_cap"]
 _HELD_MAX = 4
@@ -77,6 +79,17 @@ class HeldConnections:
         self._idle: list[tuple[Connection, float]] = []
         self._lock = threading.Lock()
         self._closed = False
+        self._pid = os.getpid()
+
+    def _after_fork(self) -> None:
+        """In a forked child: forget the parent's connections without touching them
+        (:mod:`taskq.db.fork`); the child checks out its own."""
+        with self._lock:
+            if forked_since(self._pid):
+                inherited(self._idle)
+                self._idle = []
+                self._lock = threading.Lock()
+                self._pid = os.getpid()
 
     @property
     def idle(self) -> int:
@@ -85,6 +98,8 @@ class HeldConnections:
 
     def acquire(self) -> Connection:
         """A connection for the caller alone: a held idle one, else a new checkout."""
+        if forked_since(self._pid):
+            self._after_fork()
         stale: list[tuple[Connection, float]] = []
         conn: Connection | None = None
         now = time.monotonic()
@@ -104,6 +119,9 @@ class HeldConnections:
 
     def release(self, conn: Connection) -> None:
         """Keep ``conn`` for the next caller, or return it to the pool if enough are kept."""
+        if forked_since(self._pid):  # checked out in the parent: never the child's to return
+            inherited([conn])
+            return
         if not conn.invalidated:
             with self._lock:
                 if not self._closed and len(self._idle) < self.keep:
@@ -122,6 +140,8 @@ class HeldConnections:
 
     def drop_idle(self) -> None:
         """Return every idle connection to the pool (which re-checks them after a disconnect)."""
+        if forked_since(self._pid):
+            self._after_fork()
         with self._lock:
             idle, self._idle = (self._idle, [])
         for held, since in idle:

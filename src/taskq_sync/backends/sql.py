@@ -54,6 +54,7 @@ from taskq.records import AttemptRecord, EnqueueOutcome, EnqueueRequest, JobReco
 from taskq.request_batch import RequestBatch
 from taskq.settings import TaskQSettings
 from taskq_sync.backends.held import HeldConnections
+from taskq_sync.db.caller_connection import CallerConnection, caller_connection
 from taskq_sync.db.engine import on_schema, transaction, with_schema
 
 __all__ = ["COPY_MIN_ROWS", "PostgresBackend", "SqlBackend", "SqliteBackend"]
@@ -144,9 +145,10 @@ class SqlBackend:
         self.held.close()
 
     def enqueue(
-        self, requests: Sequence[EnqueueRequest], *, connection: Connection | None = None
+        self, requests: Sequence[EnqueueRequest], *, connection: CallerConnection | None = None
     ) -> list[EnqueueOutcome]:
-        """Apply ``requests`` in one transaction (or in the caller's, given ``connection``)."""
+        """Apply ``requests`` in one transaction (or in the caller's, given ``connection``:
+        a SQLAlchemy or psycopg connection, see :mod:`taskq.db.caller_connection`)."""
         if (
             connection is None
             and self._doc_insert
@@ -162,8 +164,8 @@ class SqlBackend:
                     return outcomes
         if connection is not None:
             try:
-                with on_schema(connection, self._translate):
-                    return self._enqueue_on(connection, requests)
+                with caller_connection(connection) as conn, on_schema(conn, self._translate):
+                    return self._enqueue_on(conn, requests)
             except DBAPIError as exc:
                 _raise_translated(exc)
         with transaction(self.engine) as conn:

@@ -36,6 +36,7 @@ from taskq.db.dialect import (
     sync_url,
     translate_error,
 )
+from taskq.db.fork import track_engine
 from taskq.settings import TaskQSettings
 
 __all__ = ["make_engine", "on_schema", "schema_map", "transaction", "with_schema"]
@@ -50,6 +51,7 @@ def make_engine(url: str | URL | None = None, *, settings: TaskQSettings | None 
     raw = url if url is not None else settings.effective_database_url
     full_url = sync_url(raw)
     engine = create_engine(full_url, **engine_options(full_url, settings))
+    track_engine(engine)  # a forked child gets a fresh pool (taskq.db.fork)
     if is_sqlite(full_url):
         install_sqlite_hooks(engine, settings.sqlite_busy_timeout_ms)
     else:

@@ -47,6 +47,7 @@ from taskq.ratelimit._common import require_engine
 from taskq.ratelimit._lua import LuaScript, evalsha_command
 from taskq.settings import TaskQSettings
 from taskq_sync.ratelimit import _sql
+from taskq_sync.ratelimit.settings_redis import settings_redis
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -126,16 +127,21 @@ def redis_down_errors() -> tuple[type[BaseException], ...]:
     return REDIS_DOWN
 
 
-def require_redis(client: Redis | None, name: str) -> Redis:
-    """The client, or a clear error saying what to pass or install."""
+def require_redis(client: Redis | None, name: str, settings: TaskQSettings | None = None) -> Redis:
+    """The client, else the one of ``settings`` / ``TASKQ_REDIS_URL``
+    (:func:`~taskq.ratelimit.settings_redis.settings_redis`), or a clear error saying
+    what to pass or install."""
     if client is not None:
         return client
+    configured = settings_redis(settings)
+    if configured is not None:
+        return configured
     if importlib.util.find_spec("redis") is None:  # pragma: no cover - dev env has it
         raise RedisExtraMissing(
             f'{name!r} uses backend="redis" but the redis package is not installed: pip install "taskq-py[redis]" (or use backend="postgres")'
         )
     raise RedisUnavailableError(
-        f'{name!r} uses backend="redis": pass redis_client= (a redis-py client), or use backend="postgres" or "memory"'
+        f'{name!r} uses backend="redis": pass redis_client= (a redis-py client), set TASKQ_REDIS_URL, or use backend="postgres" or "memory"'
     )
 
 
@@ -241,7 +247,7 @@ def reset_stored(
     if backend == "postgres":
         _sql.sql_reset(require_engine(pg_pool, name), name)
         return
-    client = require_redis(redis_client, name)
+    client = require_redis(redis_client, name, settings)
     try:
         client.delete(redis_key)
     except REDIS_DOWN as exc:

@@ -176,7 +176,7 @@ class SlidingWindow:
     ) -> RateLimitDecision:
         """Redis (with the Postgres fallback) or Postgres."""
         if self.backend == "redis":
-            client = rru.require_redis(redis_client, self.name)
+            client = rru.require_redis(redis_client, self.name, settings)
             circuit = circuit_for(client, settings)
             if circuit.is_open:  # Redis failed lately: straight to the fallback
                 engine = rru.fallback_engine(self.name, None, pg_pool, settings)
@@ -220,7 +220,7 @@ class SlidingWindow:
         if not decision.allowed or decision.request_id is None or self.style != "log":
             return
         if decision.backend == "redis":
-            client = rru.require_redis(redis_client, self.name)
+            client = rru.require_redis(redis_client, self.name, settings)
             client.zrem(self.redis_key, decision.request_id)
         elif decision.backend == "postgres":
             _log.warning("ratelimit.refund_noop bucket=%s backend=postgres", self.name)
@@ -249,7 +249,7 @@ class SlidingWindow:
             return self._peek_postgres(
                 with_schema(require_engine(pg_pool, self.name), settings=settings)
             )
-        client = rru.require_redis(redis_client, self.name)
+        client = rru.require_redis(redis_client, self.name, settings)
         circuit = circuit_for(client, settings)
         if circuit.is_open:
             engine = rru.fallback_engine(self.name, None, pg_pool, settings)

@@ -180,7 +180,7 @@ class TokenBucket:
     ) -> RateLimitDecision:
         """Redis (with the Postgres fallback) or Postgres."""
         if self.backend == "redis":
-            client = rru.require_redis(redis_client, self.name)
+            client = rru.require_redis(redis_client, self.name, settings)
             circuit = circuit_for(client, settings)
             if circuit.is_open:  # Redis failed lately: straight to the fallback
                 engine = rru.fallback_engine(self.name, None, pg_pool, settings)
@@ -232,7 +232,7 @@ class TokenBucket:
                 count=count,
             )
         elif decision.backend == "redis":
-            client = rru.require_redis(redis_client, self.name)
+            client = rru.require_redis(redis_client, self.name, settings)
             rru.evalsha(client, TOKEN_BUCKET, self._script_args(count, b"refund"))
         else:
             _log.warning("ratelimit.refund_noop bucket=%s backend=postgres", self.name)
@@ -259,7 +259,7 @@ class TokenBucket:
             return self._peek_postgres(
                 with_schema(require_engine(pg_pool, self.name), settings=settings)
             )
-        client = rru.require_redis(redis_client, self.name)
+        client = rru.require_redis(redis_client, self.name, settings)
         circuit = circuit_for(client, settings)
         if circuit.is_open:
             engine = rru.fallback_engine(self.name, None, pg_pool, settings)

@@ -1,0 +1,10 @@
+"""An order, placed by the view."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class Order(models.Model):
+    item = models.CharField(max_length=100)
+    shipped = models.BooleanField(default=False)

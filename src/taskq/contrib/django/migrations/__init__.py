@@ -1,0 +1,1 @@
+"""Django migrations of the ``taskq`` app: they run taskq's own schema migrations."""

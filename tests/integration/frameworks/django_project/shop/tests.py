@@ -1,0 +1,203 @@
+"""Run by ``manage.py test`` (Django's runner, real Postgres, a real worker process).
+
+Started by ``tests/integration/frameworks/test_django.py``, which checks the run passed
+and that the test database was dropped.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import django
+from django.db import connection, transaction
+from django.test import Client, TestCase, TransactionTestCase
+from shop.actors import OrderRef, ship_order
+from shop.models import Order, Shipment
+from shop.tasks import add, boom
+
+from taskq.contrib.django import enqueue, enqueue_on_commit, get_taskq
+from taskq.contrib.django.testing import TaskQTestMixin, run_jobs_immediately
+
+HERE = Path(__file__).resolve().parent.parent
+
+
+def jobs_in_db() -> int:
+    with connection.cursor() as cur:
+        cur.execute("SELECT count(*) FROM taskq.jobs")
+        return int(cur.fetchone()[0])
+
+
+class Worker:
+    """``manage.py taskq_worker`` on the test database, stopped with SIGTERM."""
+
+    def __init__(self, *args: str) -> None:
+        env = {**os.environ, "DJ_DB_NAME": connection.settings_dict["NAME"]}
+        env["TASKQ_POLL_INTERVAL"] = "0.1"
+        self.proc = subprocess.Popen(
+            [sys.executable, "manage.py", "taskq_worker", *args],
+            cwd=HERE,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    def stop(self) -> str:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            out, _ = self.proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, _ = self.proc.communicate()
+        return out
+
+
+def wait_terminal(job_id: Any, timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    tq = get_taskq()
+    while time.monotonic() < deadline:
+        record = tq.get(job_id).record
+        assert record is not None
+        if record.is_terminal:
+            return record.status
+        time.sleep(0.1)
+    raise AssertionError(f"job {job_id} not finished in {timeout}s")
+
+
+class CommitAndRollback(TaskQTestMixin, TransactionTestCase):
+    def test_commit_enqueues_exactly_one_job_that_a_worker_runs(self) -> None:
+        with transaction.atomic():
+            order = Order.objects.create(user="a")
+            handle = enqueue(ship_order, OrderRef(order_id=order.pk))
+            # inside the block, on Django's connection: visible here, not committed
+            self.assertEqual(jobs_in_db(), 1)
+        worker = Worker()  # no -q: it claims queue "shop", its actor's
+        try:
+            self.assertEqual(wait_terminal(handle.job_id), "succeeded")
+        finally:
+            out = worker.stop()
+        self.assertEqual(Shipment.objects.filter(order=order).count(), 1, out)
+        self.assertEqual(jobs_in_db(), 1)
+
+    def test_an_exception_leaves_no_row_and_no_job(self) -> None:
+        with self.assertRaises(RuntimeError), transaction.atomic():
+            order = Order.objects.create(user="b")
+            enqueue(ship_order, OrderRef(order_id=order.pk))
+            raise RuntimeError("view failed")
+        self.assertEqual(Order.objects.count(), 0)
+        self.assertEqual(jobs_in_db(), 0)
+
+    def test_enqueue_on_commit_enqueues_after_the_commit_and_not_after_a_rollback(self) -> None:
+        with transaction.atomic():
+            order = Order.objects.create(user="f")
+            enqueue_on_commit(ship_order, OrderRef(order_id=order.pk))
+            self.assertEqual(jobs_in_db(), 0)
+        self.assertEqual(jobs_in_db(), 1)
+        with self.assertRaises(RuntimeError), transaction.atomic():
+            enqueue_on_commit(ship_order, OrderRef(order_id=order.pk))
+            raise RuntimeError("rolled back")
+        self.assertEqual(jobs_in_db(), 1)
+
+    def test_tasks_backend_round_trip(self) -> None:
+        ok = add.enqueue(2, 3)
+        bad = boom.enqueue()
+        self.assertEqual(ok.status, "READY")
+        worker = Worker()
+        try:
+            wait_terminal(__import__("uuid").UUID(ok.id))
+            wait_terminal(__import__("uuid").UUID(bad.id))
+        finally:
+            out = worker.stop()
+        ok.refresh()
+        bad.refresh()
+        self.assertEqual(ok.status, "SUCCESSFUL", out)
+        self.assertEqual(ok.return_value, 5)
+        self.assertEqual(bad.status, "FAILED")
+        self.assertEqual(bad.errors[0].exception_class_path, "builtins.ValueError")
+        self.assertIn("boom from a task", bad.errors[0].traceback)
+        self.assertEqual(add.get_result(ok.id).return_value, 5)
+
+
+if django.VERSION >= (6, 1):
+
+    class TaskOptions(TaskQTestMixin, TransactionTestCase):
+        def test_a_task_with_taskq_options_runs_as_its_own_rate_limited_actor(self) -> None:
+            from shop.tasks import LIMITED_API, limited
+
+            from taskq.contrib.django.tasks import task_actor
+
+            ref = task_actor(limited)
+            self.assertEqual(ref.name, "django.task.shop.tasks.limited")
+            self.assertEqual(ref.rate_limits, [LIMITED_API])
+            result = limited.enqueue(4)
+            record = get_taskq().get(__import__("uuid").UUID(result.id)).record
+            assert record is not None
+            self.assertEqual(record.actor, ref.name)
+            worker = Worker()
+            try:
+                wait_terminal(record.id)
+            finally:
+                out = worker.stop()
+            result.refresh()
+            self.assertEqual(result.status, "SUCCESSFUL", out)
+            self.assertEqual(result.return_value, 40)
+
+
+class NestedAtomic(TaskQTestMixin, TestCase):
+    def test_a_rolled_back_savepoint_takes_its_job_with_it(self) -> None:
+        with transaction.atomic():
+            order = Order.objects.create(user="c")
+            enqueue(ship_order, OrderRef(order_id=order.pk))
+            try:
+                with transaction.atomic():  # a savepoint
+                    enqueue(ship_order, OrderRef(order_id=order.pk))
+                    self.assertEqual(jobs_in_db(), 2)
+                    raise RuntimeError("inner fails")
+            except RuntimeError:
+                pass
+            self.assertEqual(jobs_in_db(), 1)
+        self.assertEqual(jobs_in_db(), 1)
+
+    def test_enqueue_on_commit_waits_for_the_commit(self) -> None:
+        with self.captureOnCommitCallbacks(execute=False) as callbacks, transaction.atomic():
+            order = Order.objects.create(user="e")
+            enqueue_on_commit(ship_order, OrderRef(order_id=order.pk))
+            self.assertEqual(jobs_in_db(), 0)
+        self.assertEqual(len(callbacks), 1)
+        self.assertEqual(jobs_in_db(), 0)  # not before the commit runs the callback
+
+    def test_djangos_connection_given_to_the_plain_facade_is_a_clear_type_error(self) -> None:
+        with self.assertRaisesMessage(TypeError, "taskq.contrib.django"):
+            get_taskq().enqueue(ship_order, OrderRef(order_id=1), connection=connection)
+        # through the integration the same connection is accepted
+        with transaction.atomic():
+            enqueue(ship_order, OrderRef(order_id=1), connection=connection)
+        self.assertEqual(jobs_in_db(), 1)
+
+    def test_immediate_mode_runs_the_actor_in_process_and_writes_no_job(self) -> None:
+        order = Order.objects.create(user="d")
+        with run_jobs_immediately():
+            enqueue(ship_order, {"order_id": order.pk})
+        self.assertEqual(Shipment.objects.filter(order=order).count(), 1)
+        self.assertEqual(jobs_in_db(), 0)
+
+    def test_keyed_per_user_bucket_from_a_view(self) -> None:
+        client = Client()
+        codes: dict[str, list[int]] = {"u1": [], "u2": []}
+        for _ in range(5):
+            codes["u1"].append(client.get("/orders/u1").status_code)
+        for _ in range(4):
+            codes["u2"].append(client.get("/orders/u2").status_code)
+        self.assertEqual(codes["u1"], [200, 200, 200, 429, 429])
+        self.assertEqual(codes["u2"], [200, 200, 200, 429])
+        denied = client.get("/orders/u1")
+        self.assertEqual(denied.status_code, 429)
+        self.assertGreaterEqual(int(denied["Retry-After"]), 1)
+        self.assertEqual(Order.objects.count(), 6)
+        self.assertEqual(jobs_in_db(), 6)
