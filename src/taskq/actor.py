@@ -648,6 +648,8 @@ def _check_options(opts: dict[str, Any], fail: Callable[..., Exception]) -> dict
             opts.get("on_cancel_timeout", 3.0), "on_cancel_timeout", fail
         ),
         "priority": priority,
+        # Checked and bound in _build, once the ActorRef they bind to exists.
+        "schedules": (),
     }
 
 

@@ -36,7 +36,7 @@ def format_summary(summary: Summary) -> str:
         ("succeeded", str(summary.succeeded), str(summary.succeeded)),
         ("failed", str(summary.failed), str(summary.failed)),
         ("retried", "-", str(summary.retried)),
-        ("snoozed", "-", f"{summary.snoozed} ({summary.rate_limited} by the rate limit)"),
+        ("snoozed", "-", f"{summary.snoozed}"),
     ]
     if summary.cancelled:
         rows.append(("cancelled", str(summary.cancelled), str(summary.cancelled)))
@@ -45,6 +45,7 @@ def format_summary(summary: Summary) -> str:
     lines += [f"  {name:<10} {jobs:>5}  {attempts}" for name, jobs, attempts in rows]
     lines += [
         "",
+        f"  rate limit  {summary.rate_limited} geocodes waited for a token (no attempt spent)",
         f"  time taken  {summary.seconds:.2f} s",
         f"  throughput  {summary.jobs_per_second:.1f} jobs/s",
         f"  database    {summary.database_url}",

@@ -12,7 +12,8 @@ The mix shows the main behaviours on a fresh machine with nothing installed:
 - ``quickstart_fetch_page``: every fifth page fails once with a connection error and
   succeeds on its retry (``RetryPolicy``, fast backoff for the demo);
 - ``quickstart_geocode``: limited by an in-process token bucket (``backend="memory"``);
-  a denied attempt is snoozed until the bucket has a token, spending no retry budget;
+  the worker claims only what the bucket can admit, so the geocodes past its burst wait
+  for a token without an attempt, a retry or a written denial;
 - ``quickstart_build_report``: reports progress (``ctx.progress``) step by step;
 - ``quickstart_charge_card``: always declines, so it exhausts its two attempts and fails;
 - ``quickstart_wait_for_export``: snoozes once (``Snooze``) waiting for an export, then
@@ -214,8 +215,11 @@ class Summary:
     """This run's figures as the store recorded them.
 
     ``jobs == succeeded + failed + cancelled``; every attempt ended as one of
-    ``succeeded``, ``failed``, ``retried`` or ``snoozed`` (``rate_limited`` counts the
-    snoozes caused by the token bucket), so ``attempts`` is their sum.
+    ``succeeded``, ``failed``, ``retried`` or ``snoozed``, so ``attempts`` is their sum.
+    ``rate_limited`` counts the geocodes the token bucket held back: those that started
+    half a refill interval or more after the first geocode started (the bucket's burst
+    starts at once; the rest are admitted one refill interval apart). Being held back
+    costs no attempt.
     """
 
     database_url: str
@@ -272,16 +276,24 @@ async def _progress(engine: Any, ids: list[UUID]) -> tuple[dict[str, int], dict[
 
 async def _rate_limited(engine: Any, ids: list[UUID]) -> int:
     async with transaction(engine, readonly=True) as conn:
-        value = (
-            await conn.execute(
-                select(func.count()).where(
-                    job_attempts.c.job_id.in_(ids),
-                    job_attempts.c.outcome == "snoozed",
-                    job_attempts.c.error_class == "ReservationUnavailable",
+        starts = (
+            (
+                await conn.execute(
+                    select(jobs.c.started_at).where(
+                        jobs.c.id.in_(ids),
+                        jobs.c.actor == geocode.name,
+                        jobs.c.started_at.is_not(None),
+                    )
                 )
             )
-        ).scalar_one()
-    return int(value)
+            .scalars()
+            .all()
+        )
+    if not starts:
+        return 0
+    first = min(starts)
+    half_interval = 0.5 / GEOCODER_LIMIT.refill_per_second
+    return sum(1 for t in starts if (t - first).total_seconds() >= half_interval)
 
 
 def _report_percent(rows: Any) -> float | None:
