@@ -69,6 +69,8 @@ def test_quickstart_summary_adds_up_and_matches_the_store(tmp_path: Path) -> Non
     assert human.returncode == 0, human.stderr
     rows = {name: (jobs, int(attempts)) for name, jobs, attempts in _ROW.findall(human.stdout)}
     assert set(rows) >= {"succeeded", "failed", "retried", "snoozed", "total"}, human.stdout
+    held = re.search(r"rate limit\s+(\d+) geocodes waited for a token", human.stdout)
+    assert held is not None, human.stdout
     s = {
         "jobs": int(rows["total"][0]),
         "succeeded": int(rows["succeeded"][0]),
@@ -77,9 +79,7 @@ def test_quickstart_summary_adds_up_and_matches_the_store(tmp_path: Path) -> Non
         "retried": rows["retried"][1],
         "snoozed": rows["snoozed"][1],
         "attempts": rows["total"][1],
-        "rate_limited": int(
-            re.search(r"rate limit\s+(\d+) geocodes waited for a token", human.stdout)[1]
-        ),  # type: ignore[index]
+        "rate_limited": int(held[1]),
     }
     _check_adds_up(s)
     seconds = float(re.search(r"time taken\s+([\d.]+) s", human.stdout)[1])  # type: ignore[index]
