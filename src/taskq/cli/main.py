@@ -14,6 +14,7 @@ from taskq.cli.migrate import migrate
 from taskq.cli.queues import queues
 from taskq.cli.quickstart import quickstart
 from taskq.cli.ratelimit import ratelimit
+from taskq.cli.ui import ui
 from taskq.cli.worker import worker
 from taskq.cli.workers import workers
 
@@ -44,3 +45,4 @@ main.add_command(queues)
 main.add_command(jobs)
 main.add_command(workers)
 main.add_command(ratelimit)
+main.add_command(ui)

@@ -1,0 +1,182 @@
+"""Read-only statistics the admin UI shows: a job's progress row, recent throughput, an
+actor's executor statistics over a window, schedule counts per actor.
+
+Every read is bounded (``LIMIT`` on an index walk from the newest finish down), so a page
+built from them stays fast on a table of millions of rows; a bounded read says so
+(``sampled``) when the window held more rows than it looked at.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from taskq.db.engine import transaction
+from taskq.db.queries import admin as q
+from taskq.db.queries.job_ops import store_now
+
+__all__ = [
+    "ActorStats",
+    "ProgressSnapshot",
+    "StatsClient",
+    "Throughput",
+    "percentile",
+]
+
+SAMPLE_LIMIT = 10_000
+"""The most finished rows one statistics read looks at."""
+_FAILED = frozenset({"failed", "crashed", "abandoned"})
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressSnapshot:
+    """A job's progress as its row holds it: ``seq`` is the last stream event's number."""
+
+    job_id: UUID
+    status: str
+    state: dict[str, Any]
+    seq: int
+    error_class: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Throughput:
+    """Finishes over a window, in ``len(succeeded)`` equal buckets, oldest first."""
+
+    since: datetime
+    bucket: timedelta
+    succeeded: list[int]
+    failed: list[int]
+    sampled: bool
+    """True when the window held more than :data:`SAMPLE_LIMIT` finishes (the oldest buckets
+    are then undercounted)."""
+
+    @property
+    def total(self) -> int:
+        """Every finish counted."""
+        return sum(self.succeeded) + sum(self.failed)
+
+    @property
+    def total_failed(self) -> int:
+        """Failed, crashed and abandoned finishes counted."""
+        return sum(self.failed)
+
+
+@dataclass(frozen=True, slots=True)
+class ActorStats:
+    """An actor's executions finished in a window: counts, share of failures, the last
+    error class and duration percentiles (seconds; ``None`` when nothing finished)."""
+
+    actor: str
+    window: timedelta
+    completed: int
+    failures: int
+    last_error_class: str | None
+    p50_s: float | None
+    p95_s: float | None
+    p99_s: float | None
+    sampled: bool
+    by_status: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def failure_share(self) -> float | None:
+        """Failures over completed, ``None`` when nothing completed."""
+        return self.failures / self.completed if self.completed else None
+
+
+def percentile(values: Sequence[float], p: float) -> float | None:
+    """The ``p``-th percentile (0..100) of ``values`` by nearest rank; ``None`` if empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(p / 100 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+class StatsClient:
+    """The admin UI's statistics reads on ``engine``."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    async def now(self) -> datetime:
+        """The store's clock (the one every timestamp in the tables is written on)."""
+        async with transaction(self.engine, readonly=True) as conn:
+            value: datetime = (await conn.execute(store_now(self.engine.dialect.name))).scalar_one()
+        return value
+
+    async def progress(self, job_id: UUID) -> ProgressSnapshot | None:
+        """The job's progress row, ``None`` when there is no such job."""
+        async with transaction(self.engine, readonly=True) as conn:
+            row = (await conn.execute(q.progress_row(job_id))).mappings().first()
+        if row is None:
+            return None
+        state = row["progress"] if isinstance(row["progress"], dict) else {}
+        return ProgressSnapshot(
+            row["id"], str(row["status"]), dict(state), int(row["progress_seq"]), row["error_class"]
+        )
+
+    async def throughput(
+        self, window: timedelta = timedelta(hours=1), buckets: int = 12, *, queue: str | None = None
+    ) -> Throughput:
+        """Successes and failures over the last ``window`` in ``buckets`` buckets."""
+        if buckets < 1:
+            raise ValueError("buckets must be >= 1")
+        async with transaction(self.engine, readonly=True) as conn:
+            now: datetime = (await conn.execute(store_now(self.engine.dialect.name))).scalar_one()
+            since = now - window
+            rows = (await conn.execute(q.recent_finishes(since, SAMPLE_LIMIT, queue))).all()
+        width = window / buckets
+        ok = [0] * buckets
+        bad = [0] * buckets
+        for _queue, status, finished in rows:
+            index = min(int((finished - since) / width), buckets - 1)
+            if index < 0:
+                continue
+            if status == "succeeded":
+                ok[index] += 1
+            elif status in _FAILED:
+                bad[index] += 1
+        return Throughput(since, width, ok, bad, len(rows) >= SAMPLE_LIMIT)
+
+    async def actor_stats(self, actor: str, window: timedelta) -> ActorStats:
+        """``actor``'s executor statistics over the last ``window``."""
+        async with transaction(self.engine, readonly=True) as conn:
+            now: datetime = (await conn.execute(store_now(self.engine.dialect.name))).scalar_one()
+            rows = (await conn.execute(q.actor_recent(actor, now - window, SAMPLE_LIMIT))).all()
+        by_status: dict[str, int] = {}
+        durations: list[float] = []
+        last_error: str | None = None
+        failures = 0
+        for status, error_class, started, finished in rows:
+            by_status[str(status)] = by_status.get(str(status), 0) + 1
+            if status in _FAILED:
+                failures += 1
+                if last_error is None and error_class is not None:
+                    last_error = str(error_class)  # rows come newest first
+            if started is not None and finished is not None:
+                durations.append(max((finished - started).total_seconds(), 0.0))
+        return ActorStats(
+            actor=actor,
+            window=window,
+            completed=len(rows),
+            failures=failures,
+            last_error_class=last_error,
+            p50_s=percentile(durations, 50),
+            p95_s=percentile(durations, 95),
+            p99_s=percentile(durations, 99),
+            sampled=len(rows) >= SAMPLE_LIMIT,
+            by_status=by_status,
+        )
+
+    async def schedule_counts(self) -> dict[str, tuple[int, int]]:
+        """Per actor: ``(schedules, enabled schedules)``."""
+        async with transaction(self.engine, readonly=True) as conn:
+            rows = (await conn.execute(q.schedule_counts())).all()
+        return {str(a): (int(n), int(e or 0)) for a, n, e in rows}
