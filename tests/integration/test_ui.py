@@ -535,3 +535,41 @@ async def pg_engine_redis(pg_url: Any, settings: TaskQSettings, redis_url: str) 
     yield engine, redis
     await redis.aclose()
     await engine.dispose()
+
+
+async def test_actor_statistics_over_a_window(engine: AsyncEngine, on: TaskQSettings) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from taskq.ops.stats import StatsClient
+
+    start = datetime.now(UTC) - timedelta(minutes=10)
+    started: dict[str, Any] = {"started_at": start}
+    await s.seed(engine, 4, actor="ui_stat", status="succeeded", start=start, **started)
+    await s.seed(
+        engine, 1, actor="ui_stat", status="failed", error_class="Boom", start=start, **started
+    )
+    await s.seed(
+        engine,
+        1,
+        actor="ui_stat",
+        status="crashed",
+        error_class="Late",
+        start=start + timedelta(seconds=30),
+        **started,
+    )
+    old = datetime.now(UTC) - timedelta(days=3)
+    await s.seed(engine, 2, actor="ui_stat", status="failed", error_class="Old", start=old)
+    stats = (await StatsClient(engine).actors_stats(timedelta(hours=1)))["ui_stat"]
+    assert (stats.completed, stats.failures, stats.last_error_class) == (6, 2, "Late")
+    # Durations finished - started: 5, 6, 7, 8 (succeeded), 5 (failed), 35 (crashed) s.
+    assert stats.p50_s == pytest.approx(6.0)
+    assert stats.p99_s == pytest.approx(35.0)
+    week = (await StatsClient(engine).actors_stats(timedelta(days=7)))["ui_stat"]
+    assert (week.completed, week.last_error_class) == (8, "Late")
+    await ActorsClient(engine).set("ui_stat", queue="default")
+    async with ui_client(engine, on) as ui:
+        page = await ui.get("/actors?window=1h")
+    row = page.text.split('data-actor="ui_stat"', 1)[1].split("</tr>", 1)[0]
+    assert ">6<" in row
+    assert "33.3%" in row
+    assert "Late" in row

@@ -31,6 +31,8 @@ __all__ = [
 
 SAMPLE_LIMIT = 10_000
 """The most finished rows one statistics read looks at."""
+WINDOW_SAMPLE = 50_000
+"""The most finishes :meth:`StatsClient.actors_stats` aggregates (the newest in the window)."""
 _FAILED = frozenset({"failed", "crashed", "abandoned"})
 
 
@@ -150,33 +152,78 @@ class StatsClient:
         async with transaction(self.engine, readonly=True) as conn:
             now: datetime = (await conn.execute(store_now(self.engine.dialect.name))).scalar_one()
             rows = (await conn.execute(q.actor_recent(actor, now - window, SAMPLE_LIMIT))).all()
-        by_status: dict[str, int] = {}
-        durations: list[float] = []
-        last_error: str | None = None
-        failures = 0
-        for status, error_class, started, finished in rows:
-            by_status[str(status)] = by_status.get(str(status), 0) + 1
-            if status in _FAILED:
-                failures += 1
-                if last_error is None and error_class is not None:
-                    last_error = str(error_class)  # rows come newest first
-            if started is not None and finished is not None:
-                durations.append(max((finished - started).total_seconds(), 0.0))
-        return ActorStats(
-            actor=actor,
-            window=window,
-            completed=len(rows),
-            failures=failures,
-            last_error_class=last_error,
-            p50_s=percentile(durations, 50),
-            p95_s=percentile(durations, 95),
-            p99_s=percentile(durations, 99),
-            sampled=len(rows) >= SAMPLE_LIMIT,
-            by_status=by_status,
-        )
+        return _summarise(actor, window, rows, len(rows) >= SAMPLE_LIMIT)
+
+    async def actors_stats(self, window: timedelta) -> dict[str, ActorStats]:
+        """Every actor's executor statistics over the last ``window``, from one read of the
+        newest :data:`WINDOW_SAMPLE` finishes (aggregated in Postgres; in Python on
+        SQLite). Actors with no finish in the window are absent."""
+        dialect = self.engine.dialect.name
+        async with transaction(self.engine, readonly=True) as conn:
+            now: datetime = (await conn.execute(store_now(dialect))).scalar_one()
+            since = now - window
+            if dialect == "postgresql":
+                sample = q.window_sample(since, WINDOW_SAMPLE)
+                summary = (await conn.execute(q.actors_summary(sample))).all()
+                last = dict((await conn.execute(q.actors_last_error(sample))).all())
+                sampled = sum(int(r[1]) for r in summary) >= WINDOW_SAMPLE
+                return {
+                    str(actor): ActorStats(
+                        actor=str(actor),
+                        window=window,
+                        completed=int(n),
+                        failures=int(failures),
+                        last_error_class=last.get(actor),
+                        p50_s=_float(p50),
+                        p95_s=_float(p95),
+                        p99_s=_float(p99),
+                        sampled=sampled,
+                    )
+                    for actor, n, failures, p50, p95, p99 in summary
+                }
+            rows = (await conn.execute(q.recent_rows(since, WINDOW_SAMPLE))).all()
+        grouped: dict[str, list[Any]] = {}
+        for row in rows:
+            grouped.setdefault(str(row[0]), []).append(row[1:])
+        sampled = len(rows) >= WINDOW_SAMPLE
+        return {
+            actor: _summarise(actor, window, items, sampled) for actor, items in grouped.items()
+        }
 
     async def schedule_counts(self) -> dict[str, tuple[int, int]]:
         """Per actor: ``(schedules, enabled schedules)``."""
         async with transaction(self.engine, readonly=True) as conn:
             rows = (await conn.execute(q.schedule_counts())).all()
         return {str(a): (int(n), int(e or 0)) for a, n, e in rows}
+
+
+def _float(value: Any) -> float | None:
+    return float(value) if value is not None else None
+
+
+def _summarise(actor: str, window: timedelta, rows: Sequence[Any], sampled: bool) -> ActorStats:
+    """Statistics of ``(status, error_class, started_at, finished_at)`` rows, newest first."""
+    by_status: dict[str, int] = {}
+    durations: list[float] = []
+    last_error: str | None = None
+    failures = 0
+    for status, error_class, started, finished in rows:
+        by_status[str(status)] = by_status.get(str(status), 0) + 1
+        if status in _FAILED:
+            failures += 1
+            if last_error is None and error_class is not None:
+                last_error = str(error_class)  # rows come newest first
+        if started is not None and finished is not None:
+            durations.append(max((finished - started).total_seconds(), 0.0))
+    return ActorStats(
+        actor=actor,
+        window=window,
+        completed=len(rows),
+        failures=failures,
+        last_error_class=last_error,
+        p50_s=percentile(durations, 50),
+        p95_s=percentile(durations, 95),
+        p99_s=percentile(durations, 99),
+        sampled=sampled,
+        by_status=by_status,
+    )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -122,7 +123,24 @@ class Admin:
     cron: CronSource | None
     redis_client: Redis | None
     progress_poll_s: float
+    cache_ttl_s: float
     env: Environment = field(repr=False)
+    _cache: dict[Any, tuple[float, Any]] = field(default_factory=dict, repr=False)
+
+    async def cached(self, key: Any, compute: Callable[[], Awaitable[Any]]) -> Any:
+        """``compute()``'s value, reused for ``cache_ttl_s`` seconds (per process): the
+        overview's, queues' and actors' counts and statistics, so a page left open or
+        reloaded costs the store nothing new for a few seconds."""
+        now = time.monotonic()
+        hit = self._cache.get(key)
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        value = await compute()
+        if self.cache_ttl_s > 0:
+            if len(self._cache) > 1000:
+                self._cache.clear()
+            self._cache[key] = (now + self.cache_ttl_s, value)
+        return value
 
     def gate(self, action: str) -> str | None:
         """Why ``action`` is off by configuration, or ``None`` when it is on."""
@@ -240,6 +258,7 @@ def create_router(
     redact: Redact | None = None,
     cron: CronSource | None = None,
     progress_poll_interval: float = 0.5,
+    cache_ttl: float = 5.0,
 ) -> Starlette:
     """The admin UI as an ASGI app: ``app.mount("/admin", create_router(engine=...))``.
 
@@ -249,6 +268,8 @@ def create_router(
     ``progress_poll_interval`` seconds). ``authorize(request, action)`` decides each
     request; ``redact(actor, field, value)`` what a job page shows of payloads and
     results (default :func:`default_redact`); ``cron`` the schedules of the cron page.
+    The overview's, queues page's and actors page's counts and statistics are reused for
+    ``cache_ttl`` seconds (0: read every time); job lists and details are always fresh.
     """
     from taskq.ui import actions, pages, progress
 
@@ -256,6 +277,8 @@ def create_router(
         raise TypeError(f"engine must be an AsyncEngine, got {type(engine).__name__}")
     if progress_poll_interval <= 0:
         raise ValueError("progress_poll_interval must be > 0")
+    if cache_ttl < 0:
+        raise ValueError("cache_ttl must be >= 0")
     settings = settings or TaskQSettings.load()
     env = Environment(
         loader=FileSystemLoader(str(_HERE / "templates")),
@@ -278,6 +301,7 @@ def create_router(
         cron=cron,
         redis_client=redis_client,
         progress_poll_s=progress_poll_interval,
+        cache_ttl_s=cache_ttl,
         env=env,
     )
     routes = [

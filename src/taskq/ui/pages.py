@@ -17,15 +17,18 @@ from starlette.routing import Route
 from taskq.constants import JOB_STATUSES
 from taskq.job_filter import JobFilter
 from taskq.ops.results import JobCount
+from taskq.ops.stats import ActorStats
 from taskq.ui import inputs
 from taskq.ui.app import admin_of
 from taskq.ui.inputs import BadInput
 
 __all__ = ["OVERVIEW_CAP", "routes"]
 
-OVERVIEW_CAP = 10_000
-"""Where the overview's and the actors page's counts stop counting ("10000+")."""
+OVERVIEW_CAP = 1_000
+"""Where the overview's, queues page's and actors page's counts stop counting ("1000+")."""
 ACTIVE = ("pending", "scheduled", "running")
+LIST_CAP = 10_000
+"""Where the jobs page's "N matching" stops counting."""
 CONFIRM_CAP = 100_000
 """Where the confirmation page's count stops counting."""
 
@@ -52,15 +55,13 @@ async def overview(request: Request) -> Response:
     queues = await admin.tq.queues.list()
     names = sorted({q.name for q in queues} | {"default"})
     by_name = {q.name: q for q in queues}
-    rows = []
-    for name in names:
-        counts: dict[str, JobCount] = {}
-        for status in ACTIVE:
-            counts[status] = await admin.tq.jobs.count(
-                JobFilter(queue=name, status=status), cap=OVERVIEW_CAP
-            )
-        rows.append({"name": name, "config": by_name.get(name), "counts": counts})
-    throughput = await admin.stats.throughput(timedelta(hours=1), 12)
+    rows = [
+        {"name": name, "config": by_name.get(name), "counts": await _active_counts(request, name)}
+        for name in names
+    ]
+    throughput = await admin.cached(
+        "throughput", lambda: admin.stats.throughput(timedelta(hours=1), 12)
+    )
     workers = await admin.workers.list()
     limits = await admin.rate_limits.list()
     holding = [r for r in limits if r.state is not None and r.state.is_exhausted]
@@ -75,6 +76,22 @@ async def overview(request: Request) -> Response:
         leaders=[w for w in workers if w.leader],
         holding=holding,
     )
+
+
+async def _active_counts(request: Request, queue: str) -> dict[str, JobCount]:
+    """A queue's pending, scheduled and running counts (capped, cached briefly)."""
+    admin = admin_of(request)
+
+    async def compute() -> dict[str, JobCount]:
+        return {
+            status: await admin.tq.jobs.count(
+                JobFilter(queue=queue, status=status), cap=OVERVIEW_CAP
+            )
+            for status in ACTIVE
+        }
+
+    counts: dict[str, JobCount] = await admin.cached(("queue-counts", queue), compute)
+    return counts
 
 
 def _chart(ok: list[int], bad: list[int]) -> dict[str, Any]:
@@ -113,7 +130,7 @@ async def jobs_page(request: Request) -> Response:
         page = await admin.tq.jobs.list(flt, limit=limit, after=after)
     except ValueError as exc:
         raise BadInput(str(exc)) from None
-    count = await admin.tq.jobs.count(flt, cap=OVERVIEW_CAP)
+    count = await admin.tq.jobs.count(flt, cap=LIST_CAP)
     query = inputs.filter_query(params)
     return await admin.render(
         request,
@@ -208,12 +225,22 @@ async def actors_page(request: Request) -> Response:
     label, window = inputs.window(request.query_params)
     rows = await admin.tq.actors.list()
     schedules = await admin.stats.schedule_counts()
+    stats_by_actor = await admin.cached(
+        ("actors-stats", label), lambda: admin.stats.actors_stats(window)
+    )
     out = []
     for row in rows:
-        active = await admin.tq.jobs.count(
-            JobFilter(actor=row.actor, status=ACTIVE), cap=OVERVIEW_CAP
+        actor_name = row.actor
+
+        async def active_count(actor_name: str = actor_name) -> JobCount:
+            return await admin.tq.jobs.count(
+                JobFilter(actor=actor_name, status=ACTIVE), cap=OVERVIEW_CAP
+            )
+
+        active = await admin.cached(("actor-active", actor_name), active_count)
+        stats = stats_by_actor.get(row.actor) or ActorStats(
+            row.actor, window, 0, 0, None, None, None, None, False
         )
-        stats = await admin.stats.actor_stats(row.actor, window)
         out.append(
             {
                 "row": row,
@@ -246,13 +273,7 @@ async def queues_page(request: Request) -> Response:
     await _view(request)
     admin = admin_of(request)
     queues = await admin.tq.queues.list()
-    rows = []
-    for queue in queues:
-        counts = {
-            s: await admin.tq.jobs.count(JobFilter(queue=queue.name, status=s), cap=OVERVIEW_CAP)
-            for s in ACTIVE
-        }
-        rows.append({"q": queue, "counts": counts})
+    rows = [{"q": q, "counts": await _active_counts(request, q.name)} for q in queues]
     return await admin.render(request, "queues.html", page="queues", queues=rows)
 
 

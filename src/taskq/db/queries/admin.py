@@ -11,11 +11,23 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Select, bindparam, case, func, select
+from sqlalchemy import Select, Subquery, bindparam, case, func, select
+from sqlalchemy.dialects.postgresql import distinct_on
 
 from taskq.db.tables import cron_schedules, jobs
 
-__all__ = ["actor_recent", "progress_row", "recent_finishes", "schedule_counts"]
+__all__ = [
+    "actor_recent",
+    "actors_last_error",
+    "actors_summary",
+    "progress_row",
+    "recent_finishes",
+    "recent_rows",
+    "schedule_counts",
+    "window_sample",
+]
+
+FAILED = ("failed", "crashed", "abandoned")
 
 
 def progress_row(job_id: UUID) -> Select[Any]:
@@ -64,3 +76,58 @@ def schedule_counts() -> Select[Any]:
         func.count(),
         func.sum(case((cron_schedules.c.enabled, 1), else_=0)),
     ).group_by(cron_schedules.c.actor)
+
+
+def window_sample(since: datetime, limit: int) -> Subquery:
+    """The newest ``limit`` finishes at or after ``since`` (every actor): actor, status,
+    error class, finish time and duration in seconds (Postgres)."""
+    return (
+        select(
+            jobs.c.actor,
+            jobs.c.status,
+            jobs.c.error_class,
+            jobs.c.finished_at,
+            func.extract("epoch", jobs.c.finished_at - jobs.c.started_at).label("duration_s"),
+        )
+        .where(jobs.c.finished_at >= bindparam("b_since", since, type_=jobs.c.finished_at.type))
+        .order_by(jobs.c.finished_at.desc())
+        .limit(limit)
+        .subquery("recent")
+    )
+
+
+def actors_summary(sample: Subquery) -> Select[Any]:
+    """Per actor over ``sample`` (Postgres): completed, failures, duration p50/p95/p99
+    (nearest rank, as :func:`taskq.ops.stats.percentile` computes them on SQLite)."""
+    failed = sample.c.status.in_(FAILED)
+    return select(
+        sample.c.actor,
+        func.count(),
+        func.count().filter(failed),
+        func.percentile_disc(0.5).within_group(sample.c.duration_s),
+        func.percentile_disc(0.95).within_group(sample.c.duration_s),
+        func.percentile_disc(0.99).within_group(sample.c.duration_s),
+    ).group_by(sample.c.actor)
+
+
+def actors_last_error(sample: Subquery) -> Select[Any]:
+    """Per actor over ``sample`` (Postgres): the error class of its newest failure."""
+    return (
+        select(sample.c.actor, sample.c.error_class)
+        .where(sample.c.status.in_(FAILED), sample.c.error_class.is_not(None))
+        .ext(distinct_on(sample.c.actor))
+        .order_by(sample.c.actor, sample.c.finished_at.desc())
+    )
+
+
+def recent_rows(since: datetime, limit: int) -> Select[Any]:
+    """The newest ``limit`` finishes at or after ``since``: actor, status, error class,
+    start and finish (the engine-neutral form of :func:`window_sample`)."""
+    return (
+        select(
+            jobs.c.actor, jobs.c.status, jobs.c.error_class, jobs.c.started_at, jobs.c.finished_at
+        )
+        .where(jobs.c.finished_at >= bindparam("b_since", since, type_=jobs.c.finished_at.type))
+        .order_by(jobs.c.finished_at.desc())
+        .limit(limit)
+    )
