@@ -44,6 +44,10 @@ def _statements(now: datetime) -> dict[str, Any]:
     out["actor stats 1h"] = qa.actor_recent("actor_7", hour, 10_000)
     out["actor stats 7d"] = qa.actor_recent("actor_7", week, 10_000)
     out["progress row"] = qa.progress_row(uuid.uuid4())
+    for label, since in (("1h", hour), ("7d", week)):
+        sample = qa.window_sample(since, 50_000)
+        out[f"actors summary {label}"] = qa.actors_summary(sample)
+        out[f"actors last error {label}"] = qa.actors_last_error(sample)
     for name, flt in {
         "jobs page": JobFilter(),
         "jobs page statuses": JobFilter(status=["failed", "crashed"]),
