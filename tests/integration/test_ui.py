@@ -573,3 +573,22 @@ async def test_actor_statistics_over_a_window(engine: AsyncEngine, on: TaskQSett
     assert ">6<" in row
     assert "33.3%" in row
     assert "Late" in row
+
+
+async def test_waiting_job_shows_when_it_runs_and_the_drain_estimate(
+    engine: AsyncEngine, on: TaskQSettings
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    recent = datetime.now(UTC) - timedelta(minutes=30)
+    await s.seed(engine, 6, actor="ui_done", queue="drain", status="succeeded", start=recent)
+    [waiting] = await s.seed(engine, 1, actor="ui_wait", queue="drain", start=recent)
+    await s.seed(engine, 2, actor="ui_wait", queue="drain", start=recent)
+    async with ui_client(engine, on) as ui:
+        page = await ui.get(f"/jobs/{waiting}")
+        finished = await ui.get(f"/jobs/{(await s.seed(engine, 1, status='succeeded'))[0]}")
+    assert "Why it is waiting" in page.text
+    # 3 pending in the queue, 6 finished over the last hour: 30 minutes to drain.
+    assert "has 3 pending jobs and finished 6 in the last hour" in page.text
+    assert "drains in about 30 min" in page.text
+    assert "Why it is waiting" not in finished.text

@@ -18,7 +18,7 @@ from taskq.db.queries import admin as qa
 from taskq.db.queries import job_ops as q
 from taskq.job_filter import JobFilter
 from taskq.settings import TaskQSettings
-from taskq.ui.pages import ACTIVE, CONFIRM_CAP, OVERVIEW_CAP
+from taskq.ui.pages import ACTIVE, CONFIRM_CAP, LIST_CAP, OVERVIEW_CAP
 from tests.integration.test_ops_explain import _FILL, ROWS
 from tests.support.explain import Explain
 
@@ -40,7 +40,7 @@ def _statements(now: datetime) -> dict[str, Any]:
         "postgresql", JobFilter(actor="actor_7", status="failed"), CONFIRM_CAP
     )
     out["throughput last hour"] = qa.recent_finishes(hour, 10_000)
-    out["drain rate of a queue"] = qa.recent_finishes(hour, 10_000, "q3")
+    out["drain rate of a queue"] = qa.finished_count(hour, "q3", 10_000)
     out["actor stats 1h"] = qa.actor_recent("actor_7", hour, 10_000)
     out["actor stats 7d"] = qa.actor_recent("actor_7", week, 10_000)
     out["progress row"] = qa.progress_row(uuid.uuid4())
@@ -57,7 +57,7 @@ def _statements(now: datetime) -> dict[str, Any]:
         "job children": JobFilter(parent_job_id=uuid.uuid4()),
     }.items():
         out[f"list {name}"] = q.list_page("postgresql", flt, 51, None)
-        out[f"count {name}"] = q.count_capped("postgresql", flt, OVERVIEW_CAP)
+        out[f"count {name}"] = q.count_capped("postgresql", flt, LIST_CAP)
     return out
 
 

@@ -154,6 +154,15 @@ class StatsClient:
             rows = (await conn.execute(q.actor_recent(actor, now - window, SAMPLE_LIMIT))).all()
         return _summarise(actor, window, rows, len(rows) >= SAMPLE_LIMIT)
 
+    async def finished_since(self, window: timedelta, queue: str) -> tuple[int, bool]:
+        """How many of ``queue``'s jobs finished over the last ``window`` (counted to
+        :data:`SAMPLE_LIMIT`), and whether the count stopped there."""
+        async with transaction(self.engine, readonly=True) as conn:
+            now: datetime = (await conn.execute(store_now(self.engine.dialect.name))).scalar_one()
+            stmt = q.finished_count(now - window, queue, SAMPLE_LIMIT)
+            n = int((await conn.execute(stmt)).scalar_one())
+        return min(n, SAMPLE_LIMIT), n > SAMPLE_LIMIT
+
     async def actors_stats(self, window: timedelta) -> dict[str, ActorStats]:
         """Every actor's executor statistics over the last ``window``, from one read of the
         newest :data:`WINDOW_SAMPLE` finishes (aggregated in Postgres; in Python on

@@ -27,7 +27,7 @@ __all__ = ["OVERVIEW_CAP", "routes"]
 OVERVIEW_CAP = 1_000
 """Where the overview's, queues page's and actors page's counts stop counting ("1000+")."""
 ACTIVE = ("pending", "scheduled", "running")
-LIST_CAP = 10_000
+LIST_CAP = 1_000
 """Where the jobs page's "N matching" stops counting."""
 CONFIRM_CAP = 100_000
 """Where the confirmation page's count stops counting."""
@@ -212,10 +212,10 @@ async def _drain_eta(request: Request, queue: str) -> dict[str, Any]:
     """Jobs ready in ``queue`` and, at the last hour's rate, how long they take to drain."""
     admin = admin_of(request)
     ahead = await admin.tq.jobs.count(JobFilter(queue=queue, status="pending"), cap=OVERVIEW_CAP)
-    rate = await admin.stats.throughput(timedelta(hours=1), 1, queue=queue)
-    per_s = rate.total / 3600
+    done, _capped = await admin.stats.finished_since(timedelta(hours=1), queue)
+    per_s = done / 3600
     seconds = ahead.count / per_s if per_s > 0 else None
-    return {"ahead": ahead, "per_hour": rate.total, "seconds": seconds}
+    return {"ahead": ahead, "per_hour": done, "seconds": seconds}
 
 
 async def actors_page(request: Request) -> Response:

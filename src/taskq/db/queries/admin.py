@@ -20,6 +20,7 @@ __all__ = [
     "actor_recent",
     "actors_last_error",
     "actors_summary",
+    "finished_count",
     "progress_row",
     "recent_finishes",
     "recent_rows",
@@ -131,3 +132,17 @@ def recent_rows(since: datetime, limit: int) -> Select[Any]:
         .order_by(jobs.c.finished_at.desc())
         .limit(limit)
     )
+
+
+def finished_count(since: datetime, queue: str, cap: int) -> Select[Any]:
+    """How many of ``queue``'s jobs finished at or after ``since``, counting at most
+    ``cap + 1`` (a queue's drain rate)."""
+    inner = (
+        select(jobs.c.finished_at)
+        .where(
+            jobs.c.finished_at >= bindparam("b_since", since, type_=jobs.c.finished_at.type),
+            jobs.c.queue == bindparam("b_queue", queue),
+        )
+        .limit(cap + 1)
+    )
+    return select(func.count()).select_from(inner.subquery("finished"))
