@@ -248,6 +248,13 @@ async def test_every_page_filter_and_reset(
     assert "exhausted" not in await page.locator(f'tr[data-bucket="{unique_name}"]').inner_text()
     assert (await bucket.peek(pg_pool=engine_pg, settings=settings)).tokens_remaining == 2
     await page.screenshot(path=str(SCREENSHOTS / "rate-limits-after-reset.png"), full_page=True)
+    # The overview re-reads itself: two more jobs in "reports" show up without a reload.
+    await page.goto(server.base + "/")
+    cell = "document.querySelector('main table tbody tr:nth-child(2) td:nth-child(2)')"
+    assert await page.evaluate(cell + ".textContent.trim()") == "4"
+    await s.seed(engine_pg, 2, actor="ui_report", queue="reports")
+    await _until(page, cell + ".textContent.trim() === '6'")
+    assert int(await page.evaluate("document.querySelector('main').dataset.refreshed")) >= 1
     await tq.jobs.cancel(running.job_id)
     assert not [e for e in errors if "Content Security Policy" in e], errors
 

@@ -98,7 +98,11 @@ async def test_every_page_renders_what_the_store_holds(
         assert "<svg" in overview.text
         listing = await ui.get("/jobs")
         assert all(str(i) in listing.text for i in failed + pending)
+        [child] = await s.seed(engine, 1, actor="ui_child", parent_job_id=failed[0])
         detail = await ui.get(f"/jobs/{failed[0]}")
+        assert f'href="/jobs/{child}"' in detail.text
+        child_page = await ui.get(f"/jobs/{child}")
+        assert f'href="/jobs/{failed[0]}"' in child_page.text  # its parent
         assert "Boom" in detail.text
         assert "ui_a" in detail.text
         actors = await ui.get("/actors?window=7d")

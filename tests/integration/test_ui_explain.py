@@ -29,13 +29,9 @@ def _statements(now: datetime) -> dict[str, Any]:
     hour = now - timedelta(hours=1)
     week = now - timedelta(days=7)
     out: dict[str, Any] = {}
-    for status in ACTIVE:  # the overview and the queues page, per queue
-        out[f"count queue {status}"] = q.count_capped(
-            "postgresql", JobFilter(queue="q3", status=status), OVERVIEW_CAP
-        )
-    out["count actor active"] = q.count_capped(  # the actors page, per actor
-        "postgresql", JobFilter(actor="actor_7", status=ACTIVE), OVERVIEW_CAP
-    )
+    for status in ACTIVE:  # the overview, the queues page and a job's drain estimate
+        out[f"count queue {status}"] = qa.active_count((status,), OVERVIEW_CAP, queue="q3")
+    out["count actor active"] = qa.active_count(ACTIVE, OVERVIEW_CAP, actor="actor_7")
     out["confirm count"] = q.count_capped(
         "postgresql", JobFilter(actor="actor_7", status="failed"), CONFIRM_CAP
     )
@@ -44,6 +40,7 @@ def _statements(now: datetime) -> dict[str, Any]:
     out["actor stats 1h"] = qa.actor_recent("actor_7", hour, 10_000)
     out["actor stats 7d"] = qa.actor_recent("actor_7", week, 10_000)
     out["progress row"] = qa.progress_row(uuid.uuid4())
+    out["job children"] = qa.children_of(uuid.uuid4(), 1000)
     for label, since in (("1h", hour), ("7d", week)):
         sample = qa.window_sample(since, 50_000)
         out[f"actors summary {label}"] = qa.actors_summary(sample)
@@ -54,7 +51,6 @@ def _statements(now: datetime) -> dict[str, Any]:
         "jobs page actor+status": JobFilter(actor="actor_7", status="failed"),
         "jobs page tag": JobFilter(tags=["t7"]),
         "jobs page error_class": JobFilter(error_class="Err1"),
-        "job children": JobFilter(parent_job_id=uuid.uuid4()),
     }.items():
         out[f"list {name}"] = q.list_page("postgresql", flt, 51, None)
         out[f"count {name}"] = q.count_capped("postgresql", flt, LIST_CAP)

@@ -20,6 +20,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from taskq.db.engine import transaction
 from taskq.db.queries import admin as q
 from taskq.db.queries.job_ops import store_now
+from taskq.ops.results import JobCount
+from taskq.records import JobRecord
 
 __all__ = [
     "ActorStats",
@@ -31,6 +33,8 @@ __all__ = [
 
 SAMPLE_LIMIT = 10_000
 """The most finished rows one statistics read looks at."""
+CHILDREN_LIMIT = 1000
+"""The most children :meth:`StatsClient.children` reads."""
 WINDOW_SAMPLE = 50_000
 """The most finishes :meth:`StatsClient.actors_stats` aggregates (the newest in the window)."""
 _FAILED = frozenset({"failed", "crashed", "abandoned"})
@@ -153,6 +157,32 @@ class StatsClient:
             now: datetime = (await conn.execute(store_now(self.engine.dialect.name))).scalar_one()
             rows = (await conn.execute(q.actor_recent(actor, now - window, SAMPLE_LIMIT))).all()
         return _summarise(actor, window, rows, len(rows) >= SAMPLE_LIMIT)
+
+    async def children(self, job_id: UUID, limit: int = 50) -> tuple[list[JobRecord], bool]:
+        """The newest ``limit`` children of ``job_id`` (of the first 1,000 found), and
+        whether there are more."""
+        async with transaction(self.engine, readonly=True) as conn:
+            rows = (await conn.execute(q.children_of(job_id, CHILDREN_LIMIT))).mappings().all()
+        records = sorted(
+            (JobRecord.from_mapping(r) for r in rows), key=lambda j: j.created_at, reverse=True
+        )
+        return records[:limit], len(records) > limit
+
+    async def active_count(
+        self,
+        statuses: tuple[str, ...],
+        *,
+        queue: str | None = None,
+        actor: str | None = None,
+        cap: int = 1000,
+    ) -> JobCount:
+        """How many of ``queue``'s (or ``actor``'s) jobs are in ``statuses``, to ``cap``."""
+        if cap < 1:
+            raise ValueError("cap must be >= 1")
+        stmt = q.active_count(statuses, cap, queue=queue, actor=actor)
+        async with transaction(self.engine, readonly=True) as conn:
+            n = int((await conn.execute(stmt)).scalar_one())
+        return JobCount(min(n, cap), n > cap, cap)
 
     async def finished_since(self, window: timedelta, queue: str) -> tuple[int, bool]:
         """How many of ``queue``'s jobs finished over the last ``window`` (counted to

@@ -27,6 +27,8 @@ __all__ = ["OVERVIEW_CAP", "routes"]
 OVERVIEW_CAP = 1_000
 """Where the overview's, queues page's and actors page's counts stop counting ("1000+")."""
 ACTIVE = ("pending", "scheduled", "running")
+REFRESH_S = 5
+"""How often the overview, queues and workers pages re-read themselves in the browser."""
 LIST_CAP = 1_000
 """Where the jobs page's "N matching" stops counting."""
 CONFIRM_CAP = 100_000
@@ -69,6 +71,7 @@ async def overview(request: Request) -> Response:
         request,
         "overview.html",
         page="overview",
+        refresh=REFRESH_S,
         queues=rows,
         throughput=throughput,
         chart=_chart(throughput.succeeded, throughput.failed),
@@ -84,9 +87,7 @@ async def _active_counts(request: Request, queue: str) -> dict[str, JobCount]:
 
     async def compute() -> dict[str, JobCount]:
         return {
-            status: await admin.tq.jobs.count(
-                JobFilter(queue=queue, status=status), cap=OVERVIEW_CAP
-            )
+            status: await admin.stats.active_count((status,), queue=queue, cap=OVERVIEW_CAP)
             for status in ACTIVE
         }
 
@@ -185,7 +186,7 @@ async def job_page(request: Request) -> Response:
     job_id = inputs.job_id(request.path_params["job_id"])
     detail = await admin.tq.jobs.detail(job_id)
     job = detail.job
-    children = await admin.tq.jobs.list(JobFilter(parent_job_id=job.id), limit=50)
+    children, more_children = await admin.stats.children(job.id, 50)
     redact = admin.redact
     waiting = _waiting(job)
     eta = None
@@ -201,8 +202,8 @@ async def job_page(request: Request) -> Response:
         payload=redact(job.actor, "payload", job.payload),
         result=redact(job.actor, "result", job.result),
         progress=redact(job.actor, "progress", job.progress),
-        children=children.jobs,
-        more_children=children.next_cursor is not None,
+        children=children,
+        more_children=more_children,
         waiting=waiting,
         eta=eta,
     )
@@ -211,7 +212,7 @@ async def job_page(request: Request) -> Response:
 async def _drain_eta(request: Request, queue: str) -> dict[str, Any]:
     """Jobs ready in ``queue`` and, at the last hour's rate, how long they take to drain."""
     admin = admin_of(request)
-    ahead = await admin.tq.jobs.count(JobFilter(queue=queue, status="pending"), cap=OVERVIEW_CAP)
+    ahead = await admin.stats.active_count(("pending",), queue=queue, cap=OVERVIEW_CAP)
     done, _capped = await admin.stats.finished_since(timedelta(hours=1), queue)
     per_s = done / 3600
     seconds = ahead.count / per_s if per_s > 0 else None
@@ -233,9 +234,7 @@ async def actors_page(request: Request) -> Response:
         actor_name = row.actor
 
         async def active_count(actor_name: str = actor_name) -> JobCount:
-            return await admin.tq.jobs.count(
-                JobFilter(actor=actor_name, status=ACTIVE), cap=OVERVIEW_CAP
-            )
+            return await admin.stats.active_count(ACTIVE, actor=actor_name, cap=OVERVIEW_CAP)
 
         active = await admin.cached(("actor-active", actor_name), active_count)
         stats = stats_by_actor.get(row.actor) or ActorStats(
@@ -274,7 +273,7 @@ async def queues_page(request: Request) -> Response:
     admin = admin_of(request)
     queues = await admin.tq.queues.list()
     rows = [{"q": q, "counts": await _active_counts(request, q.name)} for q in queues]
-    return await admin.render(request, "queues.html", page="queues", queues=rows)
+    return await admin.render(request, "queues.html", page="queues", queues=rows, refresh=REFRESH_S)
 
 
 async def workers_page(request: Request) -> Response:
@@ -284,7 +283,12 @@ async def workers_page(request: Request) -> Response:
     include = inputs.parse_bool(request.query_params, "stopped")
     workers = await admin.workers.list(include_stopped=include)
     return await admin.render(
-        request, "workers.html", page="workers", workers=workers, include_stopped=include
+        request,
+        "workers.html",
+        page="workers",
+        workers=workers,
+        include_stopped=include,
+        refresh=REFRESH_S,
     )
 
 

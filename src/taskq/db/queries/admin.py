@@ -13,13 +13,16 @@ from uuid import UUID
 
 from sqlalchemy import Select, Subquery, bindparam, case, func, select
 from sqlalchemy.dialects.postgresql import distinct_on
+from sqlalchemy.sql.elements import ColumnElement
 
 from taskq.db.tables import cron_schedules, jobs
 
 __all__ = [
+    "active_count",
     "actor_recent",
     "actors_last_error",
     "actors_summary",
+    "children_of",
     "finished_count",
     "progress_row",
     "recent_finishes",
@@ -143,6 +146,41 @@ def finished_count(since: datetime, queue: str, cap: int) -> Select[Any]:
             jobs.c.finished_at >= bindparam("b_since", since, type_=jobs.c.finished_at.type),
             jobs.c.queue == bindparam("b_queue", queue),
         )
+        .order_by(jobs.c.finished_at.desc())  # walk ix_jobs_finished from the newest
         .limit(cap + 1)
     )
     return select(func.count()).select_from(inner.subquery("finished"))
+
+
+def active_count(
+    statuses: tuple[str, ...], cap: int, *, queue: str | None = None, actor: str | None = None
+) -> Select[Any]:
+    """How many jobs of ``queue`` (or ``actor``) are in ``statuses``, counting at most
+    ``cap + 1``, on the narrowest index: ``ix_jobs_dispatch`` (queue, partial on
+    pending/scheduled) for a queue's queued jobs, ``ix_jobs_lease`` for its running ones,
+    ``ix_jobs_actor_status`` for an actor's."""
+    conds: list[ColumnElement[bool]] = [jobs.c.status.in_([bindparam(None, st) for st in statuses])]
+    if queue is not None:
+        conds.append(jobs.c.queue == bindparam("b_queue", queue))
+    if actor is not None:
+        conds.append(jobs.c.actor == bindparam("b_actor", actor))
+    # Ordered as the index that serves it, so the planner walks that index and stops at
+    # the cap (an unordered LIMIT invites a sequential scan that "stops early").
+    order: list[Any]
+    if actor is not None:
+        order = [jobs.c.status]  # ix_jobs_actor_status (actor, status)
+    elif set(statuses) <= {"pending", "scheduled"}:
+        order = [jobs.c.priority.desc(), jobs.c.scheduled_at]  # ix_jobs_dispatch
+    elif set(statuses) == {"running"}:
+        order = [jobs.c.lease_expires_at]  # ix_jobs_lease (running rows)
+    else:
+        order = [jobs.c.created_at.desc()]  # ix_jobs_queue_created
+    inner = select(jobs.c.id).where(*conds).order_by(*order).limit(cap + 1)
+    return select(func.count()).select_from(inner.subquery("active"))
+
+
+def children_of(job_id: UUID, limit: int) -> Select[Any]:
+    """Up to ``limit`` jobs whose parent is ``job_id``, unordered: an equality on
+    ``ix_jobs_parent`` (ordering by creation here would walk ``ix_jobs_created`` instead,
+    the whole index when the job has no children). The caller sorts them."""
+    return select(jobs).where(jobs.c.parent_job_id == bindparam("b_parent", job_id)).limit(limit)

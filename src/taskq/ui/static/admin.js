@@ -48,3 +48,28 @@ document.addEventListener("DOMContentLoaded", function () {
     });
   });
 });
+
+// Pages that summarise (overview, queues, workers) re-read themselves every
+// data-refresh seconds while the tab is visible, swapping in the new <main>.
+document.addEventListener("DOMContentLoaded", function () {
+  const main = document.querySelector("main[data-refresh]");
+  if (!main) return;
+  const seconds = Number(main.dataset.refresh) || 5;
+  const url = new URL(window.location.href);
+  url.searchParams.delete("msg");
+  window.setInterval(async function () {
+    if (document.hidden) return;
+    try {
+      const response = await fetch(url.toString(), { credentials: "same-origin" });
+      if (!response.ok) return;
+      const doc = new DOMParser().parseFromString(await response.text(), "text/html");
+      const fresh = doc.querySelector("main");
+      if (fresh) {
+        main.replaceChildren(...Array.from(fresh.childNodes));
+        main.dataset.refreshed = String(Number(main.dataset.refreshed || 0) + 1);
+      }
+    } catch (err) {
+      // The server is restarting or unreachable: keep the page, try again next tick.
+    }
+  }, seconds * 1000);
+});
