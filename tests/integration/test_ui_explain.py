@@ -42,7 +42,7 @@ def _statements(now: datetime) -> dict[str, Any]:
     out["progress row"] = qa.progress_row(uuid.uuid4())
     out["job children"] = qa.children_of(uuid.uuid4(), 1000)
     for label, since in (("1h", hour), ("7d", week)):
-        sample = qa.window_sample(since, 50_000)
+        sample = qa.window_sample(since, 20_000)
         out[f"actors summary {label}"] = qa.actors_summary(sample)
         out[f"actors last error {label}"] = qa.actors_last_error(sample)
     for name, flt in {

@@ -35,7 +35,7 @@ SAMPLE_LIMIT = 10_000
 """The most finished rows one statistics read looks at."""
 CHILDREN_LIMIT = 1000
 """The most children :meth:`StatsClient.children` reads."""
-WINDOW_SAMPLE = 50_000
+WINDOW_SAMPLE = 20_000
 """The most finishes :meth:`StatsClient.actors_stats` aggregates (the newest in the window)."""
 _FAILED = frozenset({"failed", "crashed", "abandoned"})
 

@@ -156,8 +156,7 @@ def active_count(
     statuses: tuple[str, ...], cap: int, *, queue: str | None = None, actor: str | None = None
 ) -> Select[Any]:
     """How many jobs of ``queue`` (or ``actor``) are in ``statuses``, counting at most
-    ``cap + 1``, on the narrowest index: ``ix_jobs_dispatch`` (queue, partial on
-    pending/scheduled) for a queue's queued jobs, ``ix_jobs_lease`` for its running ones,
+    ``cap + 1``: ``ix_jobs_queue_active`` for a queue's active statuses,
     ``ix_jobs_actor_status`` for an actor's."""
     conds: list[ColumnElement[bool]] = [jobs.c.status.in_([bindparam(None, st) for st in statuses])]
     if queue is not None:
@@ -166,16 +165,9 @@ def active_count(
         conds.append(jobs.c.actor == bindparam("b_actor", actor))
     # Ordered as the index that serves it, so the planner walks that index and stops at
     # the cap (an unordered LIMIT invites a sequential scan that "stops early").
-    order: list[Any]
-    if actor is not None:
-        order = [jobs.c.status]  # ix_jobs_actor_status (actor, status)
-    elif set(statuses) <= {"pending", "scheduled"}:
-        order = [jobs.c.priority.desc(), jobs.c.scheduled_at]  # ix_jobs_dispatch
-    elif set(statuses) == {"running"}:
-        order = [jobs.c.lease_expires_at]  # ix_jobs_lease (running rows)
-    else:
-        order = [jobs.c.created_at.desc()]  # ix_jobs_queue_created
-    inner = select(jobs.c.id).where(*conds).order_by(*order).limit(cap + 1)
+    # ix_jobs_actor_status (actor, status) or ix_jobs_queue_active (queue, status; active
+    # rows): ordered as the index so the planner walks it, index-only, to the cap.
+    inner = select(jobs.c.status).where(*conds).order_by(jobs.c.status).limit(cap + 1)
     return select(func.count()).select_from(inner.subquery("active"))
 
 
