@@ -177,12 +177,25 @@ class StatsClient:
         cap: int = 1000,
     ) -> JobCount:
         """How many of ``queue``'s (or ``actor``'s) jobs are in ``statuses``, to ``cap``."""
+        return (await self.active_counts([(statuses, queue, actor)], cap=cap))[0]
+
+    async def active_counts(
+        self,
+        keys: Sequence[tuple[tuple[str, ...], str | None, str | None]],
+        *,
+        cap: int = 1000,
+    ) -> list[JobCount]:
+        """:meth:`active_count` for each ``(statuses, queue, actor)``, in one read-only
+        transaction (one connection, no per-count transaction round trips)."""
         if cap < 1:
             raise ValueError("cap must be >= 1")
-        stmt = q.active_count(statuses, cap, queue=queue, actor=actor)
+        out: list[JobCount] = []
         async with transaction(self.engine, readonly=True) as conn:
-            n = int((await conn.execute(stmt)).scalar_one())
-        return JobCount(min(n, cap), n > cap, cap)
+            for statuses, queue, actor in keys:
+                stmt = q.active_count(statuses, cap, queue=queue, actor=actor)
+                n = int((await conn.execute(stmt)).scalar_one())
+                out.append(JobCount(min(n, cap), n > cap, cap))
+        return out
 
     async def finished_since(self, window: timedelta, queue: str) -> tuple[int, bool]:
         """How many of ``queue``'s jobs finished over the last ``window`` (counted to

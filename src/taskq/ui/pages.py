@@ -57,10 +57,8 @@ async def overview(request: Request) -> Response:
     queues = await admin.tq.queues.list()
     names = sorted({q.name for q in queues} | {"default"})
     by_name = {q.name: q for q in queues}
-    rows = [
-        {"name": name, "config": by_name.get(name), "counts": await _active_counts(request, name)}
-        for name in names
-    ]
+    counts = await _active_counts(request, names)
+    rows = [{"name": n, "config": by_name.get(n), "counts": counts[n]} for n in names]
     throughput = await admin.cached(
         "throughput", lambda: admin.stats.throughput(timedelta(hours=1), 12)
     )
@@ -81,17 +79,19 @@ async def overview(request: Request) -> Response:
     )
 
 
-async def _active_counts(request: Request, queue: str) -> dict[str, JobCount]:
-    """A queue's pending, scheduled and running counts (capped, cached briefly)."""
+async def _active_counts(request: Request, queues: list[str]) -> dict[str, dict[str, JobCount]]:
+    """Each queue's pending, scheduled and running counts (capped; one transaction,
+    cached briefly)."""
     admin = admin_of(request)
 
-    async def compute() -> dict[str, JobCount]:
-        return {
-            status: await admin.stats.active_count((status,), queue=queue, cap=OVERVIEW_CAP)
-            for status in ACTIVE
-        }
+    async def compute() -> dict[str, dict[str, JobCount]]:
+        keys = [((status,), queue, None) for queue in queues for status in ACTIVE]
+        found = iter(await admin.stats.active_counts(keys, cap=OVERVIEW_CAP))
+        return {queue: {status: next(found) for status in ACTIVE} for queue in queues}
 
-    counts: dict[str, JobCount] = await admin.cached(("queue-counts", queue), compute)
+    counts: dict[str, dict[str, JobCount]] = await admin.cached(
+        ("queue-counts", tuple(queues)), compute
+    )
     return counts
 
 
@@ -229,25 +229,23 @@ async def actors_page(request: Request) -> Response:
     stats_by_actor = await admin.cached(
         ("actors-stats", label), lambda: admin.stats.actors_stats(window)
     )
-    out = []
-    for row in rows:
-        actor_name = row.actor
+    names = [row.actor for row in rows]
 
-        async def active_count(actor_name: str = actor_name) -> JobCount:
-            return await admin.stats.active_count(ACTIVE, actor=actor_name, cap=OVERVIEW_CAP)
+    async def active() -> list[JobCount]:
+        keys = [(ACTIVE, None, name) for name in names]
+        return await admin.stats.active_counts(keys, cap=OVERVIEW_CAP)
 
-        active = await admin.cached(("actor-active", actor_name), active_count)
-        stats = stats_by_actor.get(row.actor) or ActorStats(
-            row.actor, window, 0, 0, None, None, None, None, False
-        )
-        out.append(
-            {
-                "row": row,
-                "active": active,
-                "schedules": schedules.get(row.actor, (0, 0)),
-                "stats": stats,
-            }
-        )
+    counts: list[JobCount] = await admin.cached(("actor-active", tuple(names)), active)
+    out = [
+        {
+            "row": row,
+            "active": count,
+            "schedules": schedules.get(row.actor, (0, 0)),
+            "stats": stats_by_actor.get(row.actor)
+            or ActorStats(row.actor, window, 0, 0, None, None, None, None, False),
+        }
+        for row, count in zip(rows, counts, strict=True)
+    ]
     return await admin.render(
         request, "actors.html", page="actors", actors=out, window=label, windows=inputs.WINDOWS
     )
@@ -272,7 +270,8 @@ async def queues_page(request: Request) -> Response:
     await _view(request)
     admin = admin_of(request)
     queues = await admin.tq.queues.list()
-    rows = [{"q": q, "counts": await _active_counts(request, q.name)} for q in queues]
+    counts = await _active_counts(request, [q.name for q in queues])
+    rows = [{"q": q, "counts": counts[q.name]} for q in queues]
     return await admin.render(request, "queues.html", page="queues", queues=rows, refresh=REFRESH_S)
 
 
