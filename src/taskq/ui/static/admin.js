@@ -33,6 +33,7 @@ function followProgress(section) {
       section.dataset.terminal = "";
       source.close();
       section.querySelectorAll("[data-action=cancel]").forEach(function (b) { b.disabled = true; });
+      section.querySelectorAll("[data-cancel-note]").forEach(function (n) { n.remove(); });
     }
   };
 }
