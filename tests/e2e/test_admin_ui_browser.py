@@ -284,6 +284,7 @@ async def test_cancel_a_running_job_and_see_it_change(
     await _until(
         page, "document.querySelector('.job-head [data-status]').textContent === 'cancelled'"
     )
+    assert await page.locator("button[data-action=cancel]").is_disabled()
     await page.screenshot(path=str(SCREENSHOTS / "job-cancelled.png"), full_page=True)
     assert await _status(engine_pg, handle.job_id) == "cancelled"
     assert not [e for e in errors if "Content Security Policy" in e], errors
