@@ -15,6 +15,7 @@ from taskq.cli.migrate import migrate
 from taskq.cli.queues import queues
 from taskq.cli.quickstart import quickstart
 from taskq.cli.ratelimit import ratelimit
+from taskq.cli.ui import ui
 from taskq.cli.worker import worker
 from taskq.cli.workers import workers
 
@@ -46,3 +47,4 @@ main.add_command(cron)
 main.add_command(jobs)
 main.add_command(workers)
 main.add_command(ratelimit)
+main.add_command(ui)

@@ -201,6 +201,15 @@ Index(
     postgresql_where=text("error_class IS NOT NULL"),
     sqlite_where=text("error_class IS NOT NULL"),
 )
+# Admin UI: per-queue counts of active jobs by status (capped), index-only, on active
+# rows only (a finished job leaves it).
+Index(
+    "ix_jobs_queue_active",
+    jobs.c.queue,
+    jobs.c.status,
+    postgresql_where=text(_ACTIVE),
+    sqlite_where=text(_ACTIVE),
+)
 Index(
     "ix_jobs_finished",
     jobs.c.finished_at,
