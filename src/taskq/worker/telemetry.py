@@ -11,9 +11,9 @@ On OpenTelemetry's messaging conventions (:mod:`taskq.otel_semconv`):
   Attributes: ``taskq.actor``, ``taskq.attempt``, ``taskq.outcome``, ``error.type``; the
   actor's exception is recorded as an event.
 - ``settle {queue}``: each batched terminal write, linked to the attempts it settles.
-- ``admit {queue}`` (INTERNAL): the dispatcher's per-job admission of a claimed job that
-  takes something per job (a queue cap, a reservation, a keyed limit), a child of the
-  job's creation context; the ``rate_limit acquire`` spans it makes are its children.
+- ``admit {queue}`` (INTERNAL): the dispatcher's admission of a claimed job with limits
+  (a queue cap, the actor's reservations or rate limits), a child of the job's creation
+  context; the ``rate_limit acquire`` spans it makes are its children.
   ``taskq.admission`` is ``admitted`` or ``parked``; a parked job (not an attempt: no
   ``process`` span) also carries ``taskq.waiting_on`` (the denying bucket, reservation or
   cap), ``taskq.throttled.primitive`` and ``taskq.throttled.delay_s``.
