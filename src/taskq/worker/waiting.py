@@ -13,6 +13,10 @@
   recorded in ``waiting_on``;
 - a released reservation or queue-cap slot wakes one job parked on it
   (:meth:`taskq.worker.resources.Limits.wake`).
+
+A park is no attempt, so it makes no ``process`` span: each admission is an ``admit``
+span and each written park a ``taskq.job.throttled.duration`` point
+(:mod:`taskq.worker.telemetry`; nothing made without an SDK).
 """
 
 from __future__ import annotations
