@@ -11,14 +11,20 @@ On OpenTelemetry's messaging conventions (:mod:`taskq.otel_semconv`):
   Attributes: ``taskq.actor``, ``taskq.attempt``, ``taskq.outcome``, ``error.type``; the
   actor's exception is recorded as an event.
 - ``settle {queue}``: each batched terminal write, linked to the attempts it settles.
+- ``admit {queue}`` (INTERNAL): the dispatcher's admission of a claimed job with limits
+  (a queue cap, the actor's reservations or rate limits), a child of the job's creation
+  context; the ``rate_limit acquire`` spans it makes are its children.
+  ``taskq.admission`` is ``admitted`` or ``parked``; a parked job (not an attempt: no
+  ``process`` span) also carries ``taskq.waiting_on`` (the denying bucket, reservation or
+  cap), ``taskq.throttled.primitive`` and ``taskq.throttled.delay_s``.
 
 Metrics: ``messaging.client.consumed.messages``, ``messaging.client.operation.duration``
 (receive, settle), ``messaging.process.duration`` (with ``taskq.actor``);
 ``taskq.jobs.completed{actor,status}`` and ``taskq.job.retries{actor,queue}`` (counted per
 settled batch),
 ``taskq.job.queue_latency{actor,queue}`` (time a ready job waited for a worker),
-``taskq.job.throttled.duration{primitive,actor,queue}`` (time a job was put back by a
-denied limit), ``taskq.jobs.reclaimed{actor,disposition}``, ``taskq.queue.depth{queue,status}``
+``taskq.job.throttled.duration{primitive,actor,queue}`` (the time a denied job is put back
+for: one point per park, and per in-attempt denial of a limit the actor acquires itself), ``taskq.jobs.reclaimed{actor,disposition}``, ``taskq.queue.depth{queue,status}``
 (read by the fleet's leader at each sweep and reported by it alone, so the fleet reports
 each queue once) and ``taskq.reservation.slots.held{reservation}``. Without the ``otel``
 extra everything here is a no-op, and so it is with the API but no SDK configured
@@ -38,7 +44,9 @@ from taskq import otel_semconv as sc
 from taskq.telemetry import denied_primitive, metrics_on, record_operation, tracing_on
 
 __all__ = [
+    "admission_span",
     "claim_started",
+    "mark_admission",
     "mark_span",
     "process_span",
     "publish_queue_depth",
@@ -65,6 +73,8 @@ try:
 except ImportError:  # pragma: no cover - the otel extra is optional
     trace = None  # type: ignore[assignment]
 
+_NO_SPAN: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+"""What a span helper returns when tracing is off (shared: nothing made per job)."""
 _RX = "_otel_receive"
 """The row key under which a claimed row carries its receive span's context."""
 
@@ -94,7 +104,7 @@ if trace is not None:
     _throttled = _meter.create_histogram(
         "taskq.job.throttled.duration",
         unit="s",
-        description="Time a job was put back because a limit denied it",
+        description="Time a job is put back for because a limit denied it",
         explicit_bucket_boundaries_advisory=sc.DURATION_BUCKETS,
     )
 
@@ -240,8 +250,9 @@ def record_exception(span: Any, exc: BaseException) -> None:
 
 
 def record_throttled(job: Any, exc: Any) -> None:
-    """A limit denied ``job`` (``ReservationUnavailable``): it goes back for
-    ``exc.retry_after``. Counted in ``taskq.job.throttled.duration{primitive}`` and
+    """A limit acquired inside the attempt denied ``job`` (``ReservationUnavailable``
+    reaching the worker: the attempt snoozes for ``exc.retry_after``; the limits the
+    dispatcher admits a job through park it instead, :func:`record_parked`). Counted in ``taskq.job.throttled.duration{primitive}`` and
     stamped on the process span."""
     primitive = denied_primitive()
     seconds = exc.retry_after.total_seconds()
@@ -253,6 +264,65 @@ def record_throttled(job: Any, exc: Any) -> None:
     if metrics_on():
         _throttled.record(
             seconds, {"primitive": primitive, "actor": job.ref.name, "queue": job.row["queue"]}
+        )
+
+
+# -- admission (parking) --------------------------------------------------------------
+
+
+def admission_span(row: dict[str, Any], actor: str) -> contextlib.AbstractContextManager[Any]:
+    """The ``admit {queue}`` span of one claimed job's per-job admission, current while
+    its limits are acquired (``None``, and nothing made, when tracing is off)."""
+    if not tracing_on():
+        return _NO_SPAN
+    return _admission_span(row, actor)
+
+
+@contextlib.contextmanager
+def _admission_span(row: dict[str, Any], actor: str) -> Iterator[Any]:
+    carrier = row.get("trace_context")
+    creation = extract(carrier) if carrier else context.Context()
+    queue = str(row.get("queue"))
+    attributes = sc.span_attributes("admit", queue)
+    attributes[sc.MESSAGE_ID] = str(row["id"])
+    attributes["taskq.actor"] = actor
+    waited = row.get("waiting_on")
+    if waited is not None:  # parked before, on this
+        attributes["taskq.waited_on"] = str(waited)
+    receive = row.get(_RX)
+    with _tracer.start_as_current_span(
+        sc.span_name("admit", queue),
+        context=creation,
+        kind=SpanKind.INTERNAL,
+        attributes=attributes,
+        links=[Link(receive)] if receive is not None else [],
+    ) as span:
+        yield span
+
+
+def mark_admission(span: Any, parked: tuple[str, str, float] | None) -> None:
+    """Stamp the admission's decision on its span: admitted, or ``parked`` as
+    ``(name, primitive, delay_s)`` (what denied it, its kind, the time it is put back for)."""
+    if span is None:
+        return
+    if parked is None:
+        span.set_attribute("taskq.admission", "admitted")
+        return
+    name, primitive, delay_s = parked
+    span.set_attribute("taskq.admission", "parked")
+    span.set_attribute("taskq.waiting_on", name)
+    span.set_attribute("taskq.throttled.primitive", primitive)
+    span.set_attribute("taskq.throttled.delay_s", delay_s)
+
+
+def record_parked(parks: Iterable[tuple[Any, str, float]]) -> None:
+    """``taskq.job.throttled.duration{primitive,actor,queue}`` for parks just written:
+    ``(job, primitive, delay_s)``, the time each job is put back for."""
+    if not metrics_on():
+        return
+    for job, primitive, delay_s in parks:
+        _throttled.record(
+            delay_s, {"primitive": primitive, "actor": job.ref.name, "queue": job.row["queue"]}
         )
 
 
@@ -287,8 +357,6 @@ def _count_settled(outcomes: Sequence[Any]) -> None:
 
 
 # -- settle -------------------------------------------------------------------------
-
-_NO_SPAN: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
 
 
 def settle_span(outcomes: Sequence[Any]) -> contextlib.AbstractContextManager[Any]:

@@ -13,6 +13,10 @@
   recorded in ``waiting_on``;
 - a released reservation or queue-cap slot wakes one job parked on it
   (:meth:`taskq.worker.resources.Limits.wake`).
+
+A park is no attempt, so it makes no ``process`` span: each admission is an ``admit``
+span and each written park a ``taskq.job.throttled.duration`` point
+(:mod:`taskq.worker.telemetry`; nothing made without an SDK).
 """
 
 from __future__ import annotations
@@ -34,9 +38,10 @@ from taskq.db.engine import transaction
 from taskq.db.queries import dispatch as dq
 from taskq.db.queries import ratelimit as rq
 from taskq.exceptions import ReservationUnavailable
-from taskq.worker.admission import Admission, Prepaid
+from taskq.worker.admission import Admission, Prepaid, RateGate
 from taskq.worker.resources import Limits
 from taskq.worker.state import RunningJob
+from taskq.worker.telemetry import admission_span, mark_admission, record_parked
 
 __all__ = ["Gatekeeper", "Plan"]
 
@@ -63,6 +68,13 @@ class _Park:
     job: RunningJob
     name: str
     delay_s: float
+    primitive: str = "concurrency"
+    """The kind of what denied: ``token_bucket``, ``sliding_window`` or ``concurrency``."""
+
+
+def _rate_kind(primitive: Any) -> str:
+    """The kind of a rate limit (a keyed ref is a token bucket per key)."""
+    return "sliding_window" if hasattr(primitive, "window") else "token_bucket"
 
 
 class Gatekeeper:
@@ -323,6 +335,15 @@ class Gatekeeper:
         return out
 
     async def _admit_one(self, job: RunningJob) -> _Park | None:
+        with admission_span(job.row, job.ref.name) as span:
+            park = await self._admit_job(job)
+            if span is not None:
+                mark_admission(
+                    span, None if park is None else (park.name, park.primitive, park.delay_s)
+                )
+        return park
+
+    async def _admit_job(self, job: RunningJob) -> _Park | None:
         from taskq.ratelimit import KeyedRateLimitRef, ReservationHandle
 
         adm = self.admission
@@ -335,7 +356,9 @@ class Gatekeeper:
         if blocked is not None:
             await adm.refund(prepaid)
             name, until = blocked
-            return _Park(job, name, max(0.0, until - time.monotonic()) + _PARK_MARGIN_S)
+            gate = adm.keyed_gates.get(name)
+            kind = "token_bucket" if isinstance(gate, RateGate) else "concurrency"
+            return _Park(job, name, max(0.0, until - time.monotonic()) + _PARK_MARGIN_S, kind)
         try:
             taken = await self.limits.acquire(
                 job,
@@ -358,7 +381,13 @@ class Gatekeeper:
                 keyed=entry,
                 spread=waited != name,
             )
-            return _Park(job, name, max(0.0, until - now) + _PARK_MARGIN_S)
+            if isinstance(entry, KeyedRateLimitRef):
+                kind = "token_bucket"
+            elif is_rate:
+                kind = _rate_kind(adm.rate_gates[name].primitive)
+            else:
+                kind = "concurrency"
+            return _Park(job, name, max(0.0, until - now) + _PARK_MARGIN_S, kind)
         except Exception as exc:
             # Not a denial (a store down, a bad payload): the attempt reports it.
             await adm.refund(prepaid)
@@ -389,6 +418,7 @@ class Gatekeeper:
                 async with transaction(self._engine) as conn:
                     await conn.execute(self._park, params)
                 self.parked_total += len(parks)
+                record_parked((p.job, p.primitive, p.delay_s) for p in parks)
                 return
             except (DBAPIError, SQLAlchemyError, OSError) as exc:
                 # Unwritten, the rows stay claimed until the lease sweep hands them back.

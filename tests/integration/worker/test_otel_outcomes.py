@@ -1,6 +1,8 @@
 """Each way an attempt ends, as OpenTelemetry sees it: the ``process {queue}`` span's
-status and attributes, the ``receive``/``settle``/``rate_limit acquire`` spans around it,
-and the metrics; no metric point carries a job id. A worker in this process exports to
+status and attributes, the ``receive``/``settle``/``admit``/``rate_limit acquire`` spans
+around it, and the metrics; a job parked by a denied limit is no attempt (no ``process``
+span), its park is an ``admit`` span and a ``taskq.job.throttled.duration`` point; no
+metric point carries a job id. A worker in this process exports to
 the SDK's in-memory exporter and reader (:mod:`tests.support.otel`)."""
 
 from __future__ import annotations
@@ -24,7 +26,12 @@ from taskq.client import JobsClient
 from taskq.context import JobContext
 from taskq.db.tables import jobs
 from taskq.exceptions import Snooze
-from taskq.ratelimit import ConcurrencyReservation, RateLimitRegistry, TokenBucket
+from taskq.ratelimit import (
+    ConcurrencyReservation,
+    KeyedRateLimitRef,
+    RateLimitRegistry,
+    TokenBucket,
+)
 from taskq.retry import RetryPolicy
 from tests.support.otel import Otel, otel
 from tests.support.workers import running_worker, wait_until, worker_settings
@@ -41,6 +48,16 @@ seen: dict[tuple[str, int], dict[str, Any]] = {}
 
 class Item(BaseModel):
     n: int = 0
+
+
+KEYED = KeyedRateLimitRef(
+    payload_type=Item,
+    base_name="otel_outcomes.keyed",
+    key_fn=lambda p: "one",  # every job on one key: claimed together, all but one parked
+    capacity=1,
+    refill_per_second=20,
+    backend="memory",
+)
 
 
 def _saw(ctx: JobContext[Any]) -> None:
@@ -84,7 +101,12 @@ async def limited(payload: Item, ctx: JobContext[Item]) -> None:
     _saw(ctx)
 
 
-ACTORS = {ref.name: ref for ref in (flaky, snoozer, broken, waiter, limited)}
+@actor(name="otel_keyed", rate_limits=[KEYED])
+async def keyed(payload: Item, ctx: JobContext[Item]) -> None:
+    _saw(ctx)
+
+
+ACTORS = {ref.name: ref for ref in (flaky, snoozer, broken, waiter, limited, keyed)}
 UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
@@ -134,6 +156,8 @@ async def test_every_ending_has_its_span_status_attributes_and_metrics(
         }
         ids["otel_limited_2"] = (await client.enqueue(limited, Item(n=2), queue=queue)).job_id
         ids["otel_limited_3"] = (await client.enqueue(limited, Item(n=3), queue=queue)).job_id
+        ids["otel_keyed_2"] = (await client.enqueue(keyed, Item(n=2), queue=queue)).job_id
+        ids["otel_keyed_3"] = (await client.enqueue(keyed, Item(n=3), queue=queue)).job_id
     settings = worker_settings(engine_url, queues=(queue,), max_concurrency=10)
     async with running_worker(settings, ACTORS, rate_limit_registry=RateLimitRegistry()):
 
@@ -168,10 +192,8 @@ async def test_every_ending_has_its_span_status_attributes_and_metrics(
         assert attrs["messaging.operation.type"] == "process"
         assert attrs["messaging.destination.name"] == queue
         job = attrs["messaging.message.id"]
-        if "taskq.throttled.bucket" not in attrs:  # a parked attempt never ran the actor
-            assert (
-                seen[(job, attrs["taskq.attempt"])]["span_id"] == span.context.span_id
-            )  # ctx.span
+        assert seen[(job, attrs["taskq.attempt"])]["span_id"] == span.context.span_id  # ctx.span
+        assert "taskq.throttled.bucket" not in attrs  # every process span ran the actor
 
     first, second = by_job[str(ids["otel_flaky"])]
     assert dict(first.attributes or {})["taskq.outcome"] == "retry"
@@ -200,33 +222,98 @@ async def test_every_ending_has_its_span_status_attributes_and_metrics(
     assert cancelled.status.status_code == StatusCode.UNSET
     assert dict(cancelled.attributes or {})["taskq.cancel"].startswith("Cancel")
 
-    # three jobs through a bucket of one: a denied acquire parks at least one of them
-    limited_ids = {str(ids[k]) for k in ("otel_limited", "otel_limited_2", "otel_limited_3")}
-    limited_spans = [s for j in limited_ids for s in by_job[j]]
-    parked = [s for s in limited_spans if dict(s.attributes or {})["taskq.outcome"] == "snooze"]
+    # three jobs through a static bucket of one: tokens are paid before the claim, so
+    # each job is claimed when its token is there and never parked: one attempt each
+    limited_ids = [str(ids[k]) for k in ("otel_limited", "otel_limited_2", "otel_limited_3")]
+    for job_id in limited_ids:
+        [span] = by_job[job_id]
+        assert dict(span.attributes or {})["taskq.outcome"] == "succeeded"
+    acquires = [s for s in spans if s.name == "rate_limit acquire"]
+    assert all(s.kind == SpanKind.INTERNAL for s in acquires)
+    static = [
+        s for s in acquires if dict(s.attributes or {})["taskq.rate_limit.bucket"] == LIMIT.name
+    ]
+    static_allowed = [
+        s for s in static if dict(s.attributes or {})["taskq.rate_limit.decision"] == "allowed"
+    ]
+    assert len(static_allowed) >= 3  # the gatekeeper's prepayments (a surplus is refunded)
+    assert all(
+        dict(s.attributes or {})["taskq.rate_limit.primitive"] == "token_bucket" for s in static
+    )
+
+    # three jobs claimed together on one key of a keyed bucket of one: the denied ones are
+    # parked (no attempt, no process span), each park an ``admit`` span that says why
+    keyed_ids = {str(ids[k]) for k in ("otel_keyed", "otel_keyed_2", "otel_keyed_3")}
+    for job_id in keyed_ids:
+        [span] = by_job[job_id]  # parks are not attempts: one process span, attempt 1
+        assert dict(span.attributes or {})["taskq.attempt"] == 1
+        assert dict(span.attributes or {})["taskq.outcome"] == "succeeded"
+    admits = [s for s in spans if s.name == f"admit {queue}"]
+    keyed_admits = [
+        s for s in admits if dict(s.attributes or {})["messaging.message.id"] in keyed_ids
+    ]
+    assert all(s.kind == SpanKind.INTERNAL for s in admits)
+    assert all(s.context.trace_id == trace_id for s in admits)  # in the job's trace
+    parked = [s for s in keyed_admits if dict(s.attributes or {})["taskq.admission"] == "parked"]
+    admitted = [
+        s for s in keyed_admits if dict(s.attributes or {})["taskq.admission"] == "admitted"
+    ]
     assert parked
+    assert sorted(
+        str(dict(s.attributes or {})["messaging.message.id"]) for s in admitted
+    ) == sorted(keyed_ids)  # each keyed job admitted exactly once, after its parks
     for span in parked:
         attrs = dict(span.attributes or {})
-        assert attrs["taskq.throttled.bucket"] == LIMIT.name
+        assert attrs["taskq.waiting_on"] == "otel_outcomes.keyed:one"
         assert attrs["taskq.throttled.primitive"] == "token_bucket"
+        assert float(attrs["taskq.throttled.delay_s"]) > 0
         assert span.status.status_code == StatusCode.UNSET
-    acquires = [s for s in spans if s.name == "rate_limit acquire"]
-    process_ids = {s.context.span_id for s in limited_spans}
-    mine = [s for s in acquires if s.parent is not None and s.parent.span_id in process_ids]
-    assert len(mine) == len(limited_spans)  # one acquire per attempt, a child of it
-    assert all(s.kind == SpanKind.INTERNAL for s in mine)
-    decisions = [str(dict(s.attributes or {})["taskq.rate_limit.decision"]) for s in mine]
-    assert decisions.count("denied") == len(parked)
-    assert decisions.count("allowed") == 3
-    assert all(dict(s.attributes or {})["taskq.rate_limit.bucket"] == LIMIT.name for s in mine)
+    for span in admitted:  # a job admitted after a park knows what it waited on
+        attrs = dict(span.attributes or {})
+        was_parked = any(
+            dict(p.attributes or {})["messaging.message.id"] == attrs["messaging.message.id"]
+            for p in parked
+        )
+        assert (attrs.get("taskq.waited_on") == "otel_outcomes.keyed:one") == was_parked
+    # the acquires the gatekeeper made for them are children of their admit spans: one
+    # allowed per admission, a denied one (or none: a key known to be empty) per park
+    children: dict[int, list[str]] = {}
+    for s in acquires:
+        if s.parent is not None:
+            decision = str(dict(s.attributes or {})["taskq.rate_limit.decision"])
+            children.setdefault(s.parent.span_id, []).append(decision)
+    for span in admitted:
+        assert children[span.context.span_id] == ["allowed"]
+    for span in parked:
+        assert children.get(span.context.span_id, ["denied"]) == ["denied"]
+    assert any(span.context.span_id in children for span in parked)  # the store was asked
+    admit_ids = {s.context.span_id for s in keyed_admits}
+    for s in acquires:
+        if s.parent is not None and s.parent.span_id in admit_ids:
+            assert dict(s.attributes or {})["taskq.rate_limit.bucket"] == KEYED.base_name
+    # the store agrees: one denial counted per park, no attempt spent on one
+    async with engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                select(jobs.c.denials, jobs.c.attempt).where(
+                    jobs.c.id.in_([UUID(j) for j in keyed_ids])
+                )
+            )
+        ).all()
+    assert sum(int(r.denials) for r in rows) == len(parked)
+    assert [int(r.attempt) for r in rows] == [1, 1, 1]
+    every_park = [s for s in admits if dict(s.attributes or {})["taskq.admission"] == "parked"]
+    assert every_park == parked  # only the keyed jobs were ever parked
+    claimed = len(process) + len(parked)  # every claimed row: an attempt or a park
 
     # receive: one span per claim batch, every attempt linked to one
     receives = [s for s in spans if s.name == f"receive {queue}"]
     assert all(s.kind == SpanKind.CLIENT for s in receives)
     receive_ids = {s.context.span_id for s in receives}
     batches = [int(dict(s.attributes or {})["messaging.batch.message_count"]) for s in receives]  # type: ignore[arg-type]
-    assert sum(batches) == len(process)
+    assert sum(batches) == claimed
     assert all(any(link.context.span_id in receive_ids for link in s.links) for s in process)
+    assert all(any(link.context.span_id in receive_ids for link in s.links) for s in admits)
     # settle: every attempt's ending was written by a settle span linked to it
     settled = {
         link.context.span_id for s in spans if s.name.startswith("settle") for link in s.links
@@ -236,7 +323,7 @@ async def test_every_ending_has_its_span_status_attributes_and_metrics(
     # metrics
     assert _total(sdk, "taskq.job.retries", actor="otel_flaky", queue=queue) - before_retries == 1
     on_queue = {"messaging.destination.name": queue}
-    assert _total(sdk, "messaging.client.consumed.messages", **on_queue) == len(process)
+    assert _total(sdk, "messaging.client.consumed.messages", **on_queue) == claimed
     assert _histogram_count(sdk, "messaging.process.duration", **on_queue) == len(process)
     assert (
         _histogram_count(
@@ -244,11 +331,15 @@ async def test_every_ending_has_its_span_status_attributes_and_metrics(
         )
         == 1
     )
-    assert _histogram_count(sdk, "taskq.job.queue_latency", queue=queue) == len(process)
+    assert _histogram_count(sdk, "taskq.job.queue_latency", queue=queue) == claimed
     throttled = _histogram_count(
         sdk, "taskq.job.throttled.duration", queue=queue, primitive="token_bucket"
     )
-    assert throttled == len(parked)
+    assert throttled == len(parked)  # one point per park, none per attempt
+    assert (
+        _histogram_count(sdk, "taskq.job.throttled.duration", queue=queue, actor="otel_keyed")
+        == throttled
+    )
     receive_ops = {"messaging.operation.name": "receive", **on_queue}
     assert _histogram_count(sdk, "messaging.client.operation.duration", **receive_ops) == len(
         receives
