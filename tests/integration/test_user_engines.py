@@ -8,6 +8,7 @@ A genuinely missing table is still ``SchemaNotReady``.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -21,8 +22,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 import taskq_sync
 from taskq import JobHandle, TaskQ, actor
 from taskq.db.dialect import async_url, sync_url
-from taskq.exceptions import SchemaNotReady
-from taskq.ratelimit import SlidingWindow, TokenBucket
+from taskq.exceptions import ReservationUnavailable, SchemaNotReady
+from taskq.ratelimit import ConcurrencyReservation, SlidingWindow, TokenBucket
 from taskq.settings import TaskQSettings
 from taskq_sync.ratelimit import TokenBucket as SyncTokenBucket
 from tests.support import databases
@@ -167,6 +168,36 @@ async def test_rate_limit_primitives_on_a_user_engine(
         )
         assert (await window.acquire(pg_pool=engine, settings=app_settings)).allowed
         assert not (await window.acquire(pg_pool=engine, settings=app_settings)).allowed
+    finally:
+        await engine.dispose()
+
+
+async def test_a_reservation_on_a_user_engine_uses_the_settings_schema(
+    pg_schema_url: URL, unique_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ConcurrencyReservation(...).acquire(pool=<a user's engine>)`` finds its slots in
+    ``TASKQ_SCHEMA_NAME`` (no ``schema=`` given), or in an explicit ``schema=``."""
+    monkeypatch.setenv("TASKQ_SCHEMA_NAME", SCHEMA)
+    engine = create_async_engine(async_url(pg_schema_url))
+    worker = uuid.uuid4()
+    try:
+        mutex = ConcurrencyReservation(f"{unique_name}_mx", slots=1, lease=60)
+        assert await mutex.acquire(None, worker, pool=engine) == 0
+        with pytest.raises(ReservationUnavailable):
+            await mutex.acquire(None, worker, pool=engine)
+        async with engine.connect() as conn:  # the slot rows are in app_jobs
+            stored = await conn.execute(
+                text(
+                    f"SELECT count(*) FROM {SCHEMA}.reservation_slots"
+                    " WHERE name = :n AND worker_id IS NOT NULL"
+                ),
+                {"n": f"{unique_name}_mx"},
+            )
+            assert stored.scalar_one() == 1
+        await mutex.release(0, worker, pool=engine)
+        explicit = ConcurrencyReservation(f"{unique_name}_mx", slots=1, lease=60, schema=SCHEMA)
+        monkeypatch.setenv("TASKQ_SCHEMA_NAME", "taskq")
+        assert await explicit.acquire(None, worker, pool=engine) == 0
     finally:
         await engine.dispose()
 

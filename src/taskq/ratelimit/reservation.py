@@ -17,8 +17,7 @@ from uuid import UUID
 
 from taskq.clock import Clock
 from taskq.constants import DEFAULT_RESERVATION_BACKOFF, SCHEMA_NAME_RE, validate_name
-from taskq.db.dialect import schema_translate_map
-from taskq.db.engine import transaction
+from taskq.db.engine import transaction, with_schema
 from taskq.db.queries import ratelimit as q
 from taskq.exceptions import ReservationUnavailable
 from taskq.ratelimit._algorithms import from_us, to_us, us_to_timedelta
@@ -43,11 +42,6 @@ def _uuid(value: object, what: str) -> UUID:
         raise ValueError(f"{what} must be a UUID, got {value!r}") from None
 
 
-def _bind(engine: AsyncEngine, schema: str) -> AsyncEngine:
-    translate = schema_translate_map(engine.url, schema)
-    return engine.execution_options(schema_translate_map=translate) if translate else engine
-
-
 class ConcurrencyReservation:
     """``slots`` concurrent holders of a named resource, each for at most ``lease``."""
 
@@ -59,7 +53,7 @@ class ConcurrencyReservation:
         lock_lease: timedelta | None = None,
         *,
         clock: Clock | None = None,
-        schema: str = "taskq",
+        schema: str | None = None,
     ) -> None:
         self.name = validate_name(name, kind="reservation")
         if isinstance(slots, bool) or not isinstance(slots, int):
@@ -71,8 +65,10 @@ class ConcurrencyReservation:
             lease if isinstance(lease, timedelta) else timedelta(seconds=lease_seconds(lease))
         )
         self.lease_s = lease_seconds(lease)
-        if SCHEMA_NAME_RE.fullmatch(schema) is None:
+        if schema is not None and SCHEMA_NAME_RE.fullmatch(schema) is None:
             raise ValueError(f"invalid schema name {schema!r}")
+        # None: the engine's own schema map, else TASKQ_SCHEMA_NAME (as every entry point
+        # that takes an engine resolves it, see taskq.db.engine.with_schema).
         self.schema = schema
         self.clock = clock
         self.lock_lease = lock_lease
@@ -123,7 +119,7 @@ class ConcurrencyReservation:
                 raise ReservationUnavailable(self.name, us_to_timedelta(wait_us))
             return index
         for _ in range(3):
-            async with transaction(_bind(pool, self.schema)) as conn:
+            async with transaction(with_schema(pool, schema=self.schema)) as conn:
                 index = await self._claim(conn, job, worker)
                 if index is not None:
                     return index
@@ -167,7 +163,7 @@ class ConcurrencyReservation:
             self._clock_us()  # raises for a store-backed reservation: pass pool=
             self._memory.release(slot_index, worker)
             return
-        async with transaction(_bind(pool, self.schema)) as conn:
+        async with transaction(with_schema(pool, schema=self.schema)) as conn:
             await conn.execute(q.slot_release(self.name, slot_index, worker))
 
     async def renew(
@@ -179,7 +175,7 @@ class ConcurrencyReservation:
             return self._memory.renew(
                 slot_index, worker, self._clock_us(), round(self.lease_s * 1e6)
             )
-        async with transaction(_bind(pool, self.schema)) as conn:
+        async with transaction(with_schema(pool, schema=self.schema)) as conn:
             result = await conn.execute(
                 q.slot_renew(conn.dialect.name, self.name, slot_index, worker, self.lease_s)
             )
@@ -193,7 +189,7 @@ class ConcurrencyReservation:
                 HeldSlot(i, h.job_id, h.worker_id, from_us(h.lease_expires_us))
                 for i, h in self._memory.held(now_us)
             ]
-        async with transaction(_bind(pool, self.schema), readonly=True) as conn:
+        async with transaction(with_schema(pool, schema=self.schema), readonly=True) as conn:
             rows = (await conn.execute(q.slots_held(conn.dialect.name, self.name))).all()
         return [HeldSlot(r.slot_index, r.job_id, r.worker_id, r.lease_expires_at) for r in rows]
 
@@ -203,7 +199,10 @@ class ConcurrencyReservation:
 
 
 async def sync_slots(
-    reservations: Iterable[ConcurrencyReservation], pool: AsyncEngine, *, schema: str = "taskq"
+    reservations: Iterable[ConcurrencyReservation],
+    pool: AsyncEngine,
+    *,
+    schema: str | None = None,
 ) -> SyncResult:
     """Make ``reservation_slots`` match each reservation's ``slots``.
 
@@ -211,7 +210,7 @@ async def sync_slots(
     ones (``skipped_held``) for a later sync once released. Idempotent.
     """
     inserted = deleted = skipped = 0
-    async with transaction(_bind(pool, schema)) as conn:
+    async with transaction(with_schema(pool, schema=schema)) as conn:
         dialect = conn.dialect.name
         for res in reservations:
             before = (

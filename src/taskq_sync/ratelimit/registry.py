@@ -476,7 +476,7 @@ class RateLimitRegistry:
                 f"reservations entries are names, ConcurrencyReservation or KeyedReservationRef, got {entry!r}"
             )
         name = entry.concrete_name(payload, actor=actor)
-        schema = settings.schema_name if settings is not None else "taskq"
+        schema = settings.schema_name if settings is not None else None
         res, fresh = self._materialize_reservation(
             entry, name, None if pg_pool is not None else clock, schema
         )
@@ -485,7 +485,7 @@ class RateLimitRegistry:
         return res
 
     def _materialize_reservation(
-        self, ref: KeyedReservationRef[Any], name: str, clock: Clock | None, schema: str
+        self, ref: KeyedReservationRef[Any], name: str, clock: Clock | None, schema: str | None
     ) -> tuple[ConcurrencyReservation, bool]:
         now = self._clock.monotonic()
         lease = (
