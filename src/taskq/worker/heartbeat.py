@@ -93,7 +93,8 @@ class Heartbeat:
         snapshot = dict(self._dispatcher.inflight)
         ids = list(snapshot)
         held = self._held_slots(ids)
-        stored: dict[str, list[dict[str, Any]]] = {}
+        # Keyed by the reservation's schema; None: the worker engine's own map.
+        stored: dict[str | None, list[dict[str, Any]]] = {}
         for hold in held:
             res = hold.reservation
             if res.clock is not None:
@@ -120,7 +121,9 @@ class Heartbeat:
                     rows = await conn.execute(self._held, {"ids": skipped})
                     still = {(row.id, row.attempt) for row in rows.all()}
             for schema, params in stored.items():
-                translate = schema_translate_map(self._engine.url, schema)
+                translate = (
+                    schema_translate_map(self._engine.url, schema) if schema is not None else None
+                )
                 options = {"schema_translate_map": translate} if translate else {}
                 await conn.execute(self._slots, params, execution_options=options)
         self.last_ok = time.monotonic()

@@ -133,7 +133,10 @@ class Gatekeeper:
     def _in_claim(self, reservation: Any) -> bool:
         """A store-backed reservation in the worker's own schema: its slots are taken by
         statements of the claim's transaction (one transaction fewer per job)."""
-        return bool(reservation.clock is None and reservation.schema == self.limits.schema_name)
+        # schema None: the engine's own map, which on the worker's engine is its schema.
+        return bool(
+            reservation.clock is None and reservation.schema in (None, self.limits.schema_name)
+        )
 
     async def take_slots(self, conn: AsyncConnection, plan: Plan, actor: str, want: int) -> int:
         """In the claim's transaction: take the slots deferred for ``actor``'s jobs; how
