@@ -145,6 +145,16 @@ class WorkerSettings(TaskQSettings):
         default=timedelta(seconds=2), description="How often coalesced progress is written."
     )
     log_level: str = Field(default="INFO", description="Worker log level (structlog).")
+    max_keyed_rate_limits: int = Field(
+        default=10_000,
+        ge=1,
+        description="Most keyed rate limits the worker's registry holds at once.",
+    )
+    max_keyed_reservations: int = Field(
+        default=10_000,
+        ge=1,
+        description="Most keyed reservations the worker's registry holds at once.",
+    )
     boot_retry_timeout: timedelta = Field(
         default=timedelta(seconds=60),
         description=(
