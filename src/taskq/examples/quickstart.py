@@ -11,8 +11,9 @@ The mix shows the main behaviours on a fresh machine with nothing installed:
 
 - ``quickstart_fetch_page``: every fifth page fails once with a connection error and
   succeeds on its retry (``RetryPolicy``, fast backoff for the demo);
-- ``quickstart_geocode``: limited by an in-process token bucket (``backend="memory"``);
-  a denied attempt is snoozed until the bucket has a token, spending no retry budget;
+- ``quickstart_geocode``: limited by an in-process token bucket per city
+  (``backend="memory"``); a job the bucket denies is parked until it has a token (no
+  attempt, no retry budget: ``rate_limited`` counts these parks);
 - ``quickstart_build_report``: reports progress (``ctx.progress``) step by step;
 - ``quickstart_charge_card``: always declines, so it exhausts its two attempts and fails;
 - ``quickstart_wait_for_export``: snoozes once (``Snooze``) waiting for an export, then
@@ -46,7 +47,7 @@ from taskq.db import migrate
 from taskq.db.engine import make_engine, transaction
 from taskq.db.tables import job_attempts, jobs
 from taskq.exceptions import Snooze
-from taskq.ratelimit import RateLimitRegistry, TokenBucket
+from taskq.ratelimit import KeyedRateLimitRef, RateLimitRegistry
 from taskq.retry import RetryPolicy
 from taskq.settings import WorkerSettings
 
@@ -79,6 +80,7 @@ class Page(BaseModel):
 
 class Address(BaseModel):
     street: str
+    city: str = "Amsterdam"
 
 
 class Report(BaseModel):
@@ -122,10 +124,16 @@ async def fetch_page(payload: Page, ctx: JobContext[Page]) -> Fetched:
     return Fetched(size=len(payload.url))
 
 
-GEOCODER_LIMIT: Final = TokenBucket(
-    "quickstart.geocoder", capacity=5, refill_per_second=25, backend="memory"
+GEOCODER_LIMIT: Final = KeyedRateLimitRef.typed(
+    Address,
+    base_name="quickstart.geocoder",
+    key_fn=lambda a: a.city,
+    capacity=5,
+    refill_per_second=25,
+    backend="memory",
 )
-"""The third-party API's quota: 5 at once, 25 a second; in-process (no Redis needed)."""
+"""The third-party API's quota per city: 5 at once, 25 a second; in-process (no Redis
+needed). Keyed, so the worker checks it per claimed job and parks the ones it denies."""
 
 
 @actor(name="quickstart_geocode", queue=QUEUE, rate_limits=[GEOCODER_LIMIT])
@@ -214,8 +222,9 @@ class Summary:
     """This run's figures as the store recorded them.
 
     ``jobs == succeeded + failed + cancelled``; every attempt ended as one of
-    ``succeeded``, ``failed``, ``retried`` or ``snoozed`` (``rate_limited`` counts the
-    snoozes caused by the token bucket), so ``attempts`` is their sum.
+    ``succeeded``, ``failed``, ``retried`` or ``snoozed``, so ``attempts`` is their sum.
+    ``rate_limited`` counts the times the token bucket parked a job (``jobs.denials``):
+    a denial is not an attempt.
     """
 
     database_url: str
@@ -274,11 +283,7 @@ async def _rate_limited(engine: Any, ids: list[UUID]) -> int:
     async with transaction(engine, readonly=True) as conn:
         value = (
             await conn.execute(
-                select(func.count()).where(
-                    job_attempts.c.job_id.in_(ids),
-                    job_attempts.c.outcome == "snoozed",
-                    job_attempts.c.error_class == "ReservationUnavailable",
-                )
+                select(func.coalesce(func.sum(jobs.c.denials), 0)).where(jobs.c.id.in_(ids))
             )
         ).scalar_one()
     return int(value)
