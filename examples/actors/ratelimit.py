@@ -3,17 +3,22 @@
 What to observe:
 
 - ``geocode`` takes a token from ``examples.geocoder`` (capacity 2, refilled at 10 a
-  second) per attempt. Eight jobs arrive at once on a worker with eight slots: two run
-  at once, the rest are denied and wait (snoozed until the bucket's ``retry_after``,
-  spending no retry budget), so all eight succeed with their one budgeted attempt.
-- ``sync_tenant`` is limited per tenant by a ``KeyedRateLimitRef``: tenant ``acme``'s
-  jobs wait on ``examples.tenant:acme`` while ``globex`` has its own bucket.
+  second) per run. Eight jobs arrive at once on a worker with eight slots: the worker
+  checks the bucket **before it claims**, so it claims two, and the other six stay
+  ``pending`` (untouched: no attempt row, no retry budget) until tokens are back. All
+  eight succeed with exactly one attempt each.
+- ``sync_tenant`` is limited per tenant by a ``KeyedRateLimitRef`` (capacity 1): the
+  key depends on the payload, so it is checked after the claim. Tenant ``acme``'s second
+  and third jobs are denied and **parked** once each (``scheduled`` until
+  ``examples.tenant:acme`` admits them, ``waiting_on`` naming it, ``denials`` counting
+  the park; no attempt row), while ``globex`` has its own bucket.
 - ``render_pdf`` holds a ``ConcurrencyReservation`` with ``slots=1``: however many
   worker slots are free, the jobs run one at a time. Each job reports how many renders
-  were in flight when it started (``in_flight``): always 1. A job denied the slot
-  waits until the held slot's lease would lapse (``retry_after``; at most the 2 s
-  ``lease`` here, which the worker's heartbeat renews while a job runs), so this
-  example takes a few seconds.
+  were in flight when it started (``in_flight``): always 1. The second job is not
+  claimed while the first holds the slot.
+
+The example prints how many attempts a limit cost (always 0: a denial is not an
+attempt) and how many parks the store counted (``jobs.denials``).
 
 The buckets use ``backend="memory"`` (one worker process, nothing to install); with
 ``TASKQ_REDIS_URL`` set they use Redis, shared by every worker of a fleet.
@@ -119,15 +124,16 @@ async def enqueue(tq: TaskQ) -> Iterable[UUID]:
 
 
 async def notes(tq: TaskQ, report: runner.Report) -> list[str]:
-    denied = sum(
-        1
-        for job in report.jobs
-        for outcome, error in zip(job.outcomes, job.attempt_errors, strict=True)
-        if outcome == "snoozed" and error == "ReservationUnavailable"
-    )
+    snoozed = sum(1 for job in report.jobs for outcome in job.outcomes if outcome == "snoozed")
+    parks: dict[str, int] = {}
+    for job in report.jobs:
+        record = await (await tq.jobs.get(job.id)).refresh()
+        parks[job.actor] = parks.get(job.actor, 0) + record.denials
     renders = [j.result["in_flight"] for j in report.by_actor(render_pdf.name)]
     return [
-        f"denied attempts (waited for a token or a slot, no budget spent): {denied}",
+        f"attempts a limit cost (snoozed attempt rows): {snoozed}",
+        f"parks the store counted (jobs.denials): {parks[sync_tenant.name]} for "
+        f"{sync_tenant.name}, {parks[geocode.name]} for {geocode.name} (held before the claim)",
         f"renders in flight when each started: {renders}",
     ]
 

@@ -1,7 +1,9 @@
 """The fleet demo's actors, all on the queue ``fleet``.
 
-- ``call_partner_api``: limited to 2 at once and 2 a second by the token bucket
-  ``fleet.partner_api`` (in-process; Redis when ``TASKQ_REDIS_URL`` is set).
+- ``call_partner_api``: limited per partner to 2 at once and 2 a second by the keyed
+  token bucket ``fleet.partner_api:<partner>`` (in-process; Redis when
+  ``TASKQ_REDIS_URL`` is set). The key depends on the payload, so the worker checks it
+  after the claim and parks the jobs it denies (``waiting_on`` names the bucket).
 - ``build_report``: a long job that checks ``ctx.check_cancelled()`` between steps, so
   an operator's cancel ends it ``CancelledCooperatively``.
 - ``migrate_tenant``: a long job that is running when the deploy's SIGTERM arrives; it
@@ -18,15 +20,27 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from taskq import ActorRef, JobContext, actor
-from taskq.ratelimit import TokenBucket
+from taskq.ratelimit import KeyedRateLimitRef
 
 QUEUE = "fleet"
 BACKEND: Literal["redis", "memory"] = "redis" if os.environ.get("TASKQ_REDIS_URL") else "memory"
-PARTNER_API = TokenBucket("fleet.partner_api", capacity=2, refill_per_second=2, backend=BACKEND)
 
 
 class PartnerCall(BaseModel):
     n: int
+    partner: str = "acme"
+
+
+PARTNER_CAPACITY = 2
+PARTNER_RATE = 2.0
+PARTNER_API = KeyedRateLimitRef.typed(
+    PartnerCall,
+    base_name="fleet.partner_api",
+    key_fn=lambda p: p.partner,
+    capacity=PARTNER_CAPACITY,
+    refill_per_second=PARTNER_RATE,
+    backend=BACKEND,
+)
 
 
 class Report(BaseModel):
@@ -46,7 +60,7 @@ class Done(BaseModel):
 
 @actor(name="fleet_call_partner_api", queue=QUEUE, rate_limits=[PARTNER_API])
 async def call_partner_api(payload: PartnerCall) -> Done:
-    """One call to a partner that allows two a second."""
+    """One call to a partner that allows two at once and two a second."""
     return Done(steps=1, attempt=1)
 
 

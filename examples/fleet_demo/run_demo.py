@@ -3,10 +3,13 @@
 Three acts, each narrated from the worker's own log lines (``[worker A] ...``, the JSON
 the worker process writes, shortened) and from the store (``store: ...``):
 
-1. **Rate-limit denials.** Eight ``fleet_call_partner_api`` jobs arrive at once; the
-   token bucket admits two at once and two a second. Each denied attempt is logged as
-   ``job-finished ... outcome=snooze error_class=ReservationUnavailable``: the job waits
-   for the bucket's ``retry_after`` and spends no retry budget. All eight succeed.
+1. **A rate limit holds jobs back.** Eight ``fleet_call_partner_api`` jobs for partner
+   ``acme`` arrive at once; its bucket admits two at once and two a second. The worker
+   runs two and **parks** the other six: each is ``scheduled`` for the moment the bucket
+   will admit it, ``waiting_on='fleet.partner_api:acme'``, one denial counted, attempt 0
+   (a denial is not an attempt: no attempt row, no retry budget). The store's view is
+   printed while they wait, then the admitted rate: never more starts in a stretch of
+   time than the bucket allows. All eight succeed on their first attempt.
 2. **An operator cancels a running job.** ``fleet_build_report`` is cancelled with
    ``JobsClient.cancel()`` while it runs; the worker logs ``job-cancel-requested``
    (phase 1, cooperative), the actor's ``ctx.check_cancelled()`` raises, and the job ends
@@ -38,6 +41,8 @@ from typing import Any
 from uuid import UUID
 
 from examples.fleet_demo.actors import (
+    PARTNER_CAPACITY,
+    PARTNER_RATE,
     PartnerCall,
     Report,
     Tenant,
@@ -48,6 +53,7 @@ from examples.fleet_demo.actors import (
 from taskq.client import JobHandle, TaskQ
 from taskq.db import migrate
 from taskq.db.engine import make_engine
+from taskq.job_filter import JobFilter
 from taskq.settings import TaskQSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -173,18 +179,54 @@ async def _wait_status(
         await asyncio.sleep(0.05)
 
 
-async def act_rate_limits(tq: TaskQ, worker: WorkerProcess) -> None:
-    say("\n== act 1: rate-limit denials ==")
-    say("demo: enqueue 8 calls to a partner API that allows 2 at once and 2 a second")
-    handles = await tq.jobs.enqueue_many([(call_partner_api, PartnerCall(n=n)) for n in range(8)])
-    records = [await _wait_status(tq, h.job_id, TERMINAL) for h in handles]
-    attempts = [await (await tq.jobs.get(h.job_id)).attempts() for h in handles]
-    denied = sum(
-        1 for tries in attempts for a in tries if a.error_class == "ReservationUnavailable"
+def most_in_window(starts: Sequence[Any], window_s: float) -> int:
+    """The most starts that fell within any ``window_s`` seconds."""
+    times = sorted(starts)
+    return max(
+        sum(1 for t in times[i:] if (t - first).total_seconds() <= window_s)
+        for i, first in enumerate(times)
     )
-    budget = sum(r.budget_used for r in records)
-    statuses = sorted({r.status for r in records})
-    say(f"store: 8 jobs {statuses}, {denied} denied attempts, retry budget spent: {budget}")
+
+
+async def act_rate_limits(tq: TaskQ, worker: WorkerProcess) -> None:
+    say("\n== act 1: a rate limit holds jobs back ==")
+    say(
+        f"demo: enqueue 8 calls to partner acme, whose API allows {PARTNER_CAPACITY} at once "
+        f"and {PARTNER_RATE:g} a second"
+    )
+    handles = await tq.jobs.enqueue_many([(call_partner_api, PartnerCall(n=n)) for n in range(8)])
+    ids = [h.job_id for h in handles]
+    mine = JobFilter(actor=call_partner_api.name)
+    deadline = time.monotonic() + 60
+    while True:  # one read of the store once the worker has claimed or parked every job
+        records = [r for r in (await tq.jobs.list(mine, limit=100)).jobs if r.id in ids]
+        parked = [r for r in records if r.status == "scheduled" and r.waiting_on is not None]
+        unclaimed = [r for r in records if r.attempt == 0 and r.waiting_on is None]
+        if (parked and not unclaimed) or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.02)
+    admitted = sum(1 for r in records if r.attempt > 0)
+    say(f"store: {admitted} admitted, {len(parked)} parked")
+    for r in sorted(parked, key=lambda r: r.scheduled_at):
+        say(
+            f"store: parked {r.actor} status={r.status} waiting_on={r.waiting_on} "
+            f"denials={r.denials} attempt={r.attempt} "
+            f"ready_at=+{(r.scheduled_at - r.created_at).total_seconds():.1f}s"
+        )
+    records = [await _wait_status(tq, h.job_id, TERMINAL) for h in handles]
+    attempts = [a for h in handles for a in await (await tq.jobs.get(h.job_id)).attempts()]
+    snoozed = sum(1 for a in attempts if a.outcome == "snoozed")
+    window = most_in_window([a.started_at for a in attempts], 1.0)
+    say(
+        f"store: 8 jobs {sorted({r.status for r in records})}, {len(attempts)} attempts, "
+        f"{snoozed} snoozed, {sum(r.denials for r in records)} denials, "
+        f"retry budget spent: {sum(r.budget_used for r in records)}"
+    )
+    allowed = int(PARTNER_CAPACITY + PARTNER_RATE * 1.0)
+    say(
+        f"store: at most {window} calls started in any 1 s "
+        f"(the bucket allows {allowed}: {PARTNER_CAPACITY} at once + {PARTNER_RATE:g}/s)"
+    )
 
 
 async def act_operator_cancel(tq: TaskQ, worker: WorkerProcess) -> None:

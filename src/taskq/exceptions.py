@@ -109,8 +109,9 @@ class PayloadValidationError(TaskQError, ValueError):
 class ReservationUnavailable(TaskQError):
     """A reservation slot or rate-limit token could not be acquired.
 
-    Raised inside the worker before a handler runs (the attempt is snoozed until
-    ``retry_after``, no retry budget spent) and by ``RateLimitRegistry.acquire_for_actor``.
+    Raised by ``RateLimitRegistry.acquire_for_actor`` and by the primitives the worker
+    acquires before a handler runs; there it never reaches the actor: the job is parked
+    until ``retry_after`` with ``waiting_on`` set, no attempt and no retry budget spent.
     ``bucket_name`` names the primitive; ``retry_after`` is always a ``timedelta >= 0``, never ``None``.
     """
 

@@ -72,6 +72,9 @@ class JobFilter:
     - ``status``, ``actor``, ``queue``: one value or several (any of them).
     - ``tags``: the job carries every one of them (all-of).
     - ``identity_key``, ``parent_job_id``, ``error_class``, ``waiting_on``: equality.
+    - ``waiting``: ``True`` only jobs parked on a limit (any ``waiting_on``, not yet
+      claimed again), ``False`` only the others (so ``status="scheduled",
+      waiting=False`` is "scheduled for later": delays, backoffs, snoozes).
     - ``created_after`` / ``created_before``, ``finished_after`` / ``finished_before``:
       aware datetimes; ``after`` is inclusive, ``before`` exclusive. A finished-time bound
       matches only jobs that have finished.
@@ -88,6 +91,7 @@ class JobFilter:
     parent_job_id: UUID | None
     error_class: str | None
     waiting_on: str | None
+    waiting: bool | None
     created_after: datetime | None
     created_before: datetime | None
     finished_after: datetime | None
@@ -104,6 +108,7 @@ class JobFilter:
         parent_job_id: UUID | str | None = None,
         error_class: str | None = None,
         waiting_on: str | None = None,
+        waiting: bool | None = None,
         created_after: datetime | None = None,
         created_before: datetime | None = None,
         finished_after: datetime | None = None,
@@ -118,6 +123,7 @@ class JobFilter:
             "parent_job_id": None,
             "error_class": None,
             "waiting_on": None,
+            "waiting": None,
             "created_after": _aware(created_after, "created_after"),
             "created_before": _aware(created_before, "created_before"),
             "finished_after": _aware(finished_after, "finished_after"),
@@ -130,6 +136,10 @@ class JobFilter:
                 values[name] = _text(raw, name)
         if waiting_on is not None:
             values["waiting_on"] = validate_name(waiting_on, kind="waiting_on")
+        if waiting is not None:
+            if not isinstance(waiting, bool):
+                raise TypeError("JobFilter.waiting must be a bool")
+            values["waiting"] = waiting
         if parent_job_id is not None:
             values["parent_job_id"] = _uuid(parent_job_id, "parent_job_id")
         for low, high in (
@@ -148,7 +158,9 @@ class JobFilter:
             value = getattr(self, f.name)
             if value is None or value == ():
                 continue
-            if isinstance(value, tuple):
+            if isinstance(value, bool):
+                out[f.name] = value
+            elif isinstance(value, tuple):
                 out[f.name] = list(value)
             elif isinstance(value, datetime):
                 out[f.name] = value.isoformat()

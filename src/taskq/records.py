@@ -164,13 +164,25 @@ class JobRecord:
         return self.status in TERMINAL_STATUSES
 
     @property
+    def waiting(self) -> bool:
+        """True while the job is parked on a limit (``waiting_on`` set, not yet claimed
+        again): held back by a rate limit, reservation or queue cap, as opposed to
+        ``scheduled`` for later by a delay, a backoff or a ``Snooze``."""
+        return self.waiting_on is not None and self.status in ("pending", "scheduled")
+
+    @property
+    def state(self) -> str:
+        """The status as a user reads it: ``waiting`` for a job parked on a limit (see
+        :attr:`waiting`), else :attr:`status`. The stored status of a parked job stays
+        ``scheduled``: dispatch needs nothing more, and ``waiting_on`` says the rest."""
+        return "waiting" if self.waiting else self.status
+
+    @property
     def ready_at(self) -> datetime | None:
         """When a parked job can next be admitted (its ``scheduled_at``), ``None`` unless
         it is waiting on a limit. A job parked on a reservation or queue cap is woken
         earlier, as soon as a slot is released."""
-        if self.waiting_on is None or self.status not in ("pending", "scheduled"):
-            return None
-        return self.scheduled_at
+        return self.scheduled_at if self.waiting else None
 
     @classmethod
     def from_mapping(cls, row: Mapping[Any, Any]) -> JobRecord:

@@ -213,6 +213,16 @@ class WorkerSettings(TaskQSettings):
             "or the root of a new trace linked to it (link)."
         ),
     )
+    max_keyed_rate_limits: int = Field(
+        default=10_000,
+        ge=1,
+        description="Most keyed rate limits the worker's registry holds at once.",
+    )
+    max_keyed_reservations: int = Field(
+        default=10_000,
+        ge=1,
+        description="Most keyed reservations the worker's registry holds at once.",
+    )
     boot_retry_timeout: timedelta = Field(
         default=timedelta(seconds=60),
         description=(

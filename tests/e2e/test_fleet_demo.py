@@ -44,25 +44,32 @@ def test_run_demo(engine_url: str | URL, tmp_path: Path) -> None:
     out = proc.stdout
     assert proc.returncode == 0, out + proc.stderr
 
-    # Act 1: denials come from the worker's log, and the store counts the same number.
-    denials = re.findall(
-        r"^\[worker A\] job-finished: fleet_call_partner_api attempt=\d+ outcome=snooze "
-        r"error_class=ReservationUnavailable$",
+    # Act 1: the keyed bucket (2 at once, 2 a second) held six of eight jobs back by
+    # parking them, named in waiting_on; no denial was an attempt, and the rate held.
+    assert "store: 2 admitted, 6 parked" in out
+    parked = re.findall(
+        r"^store: parked fleet_call_partner_api status=scheduled "
+        r"waiting_on=fleet\.partner_api:acme denials=1 attempt=0 ready_at=\+[\d.]+s$",
         out,
         re.M,
     )
+    assert len(parked) == 6
     admitted = re.findall(
-        r"^\[worker A\] job-finished: fleet_call_partner_api attempt=\d+ outcome=succeeded",
+        r"^\[worker A\] job-finished: fleet_call_partner_api attempt=1 outcome=succeeded",
         out,
         re.M,
     )
     assert len(admitted) == 8
-    # Every denial the worker logged is one the store recorded (and no budget was spent).
-    # How many there are is the dispatcher's business: a worker that claims only what the
-    # bucket admits may log none.
+    assert "outcome=snooze" not in out
     assert (
-        f"store: 8 jobs ['succeeded'], {len(denials)} denied attempts, retry budget spent: 0" in out
+        "store: 8 jobs ['succeeded'], 8 attempts, 0 snoozed, 6 denials, retry budget spent: 0"
+        in out
     )
+    window = re.search(
+        r"^store: at most (\d+) calls started in any 1 s \(the bucket allows 4", out, re.M
+    )
+    assert window is not None
+    assert 1 <= int(window.group(1)) <= 4
 
     # Act 2 and 3, in the order they happen.
     _in_order(
@@ -95,7 +102,12 @@ def test_run_demo(engine_url: str | URL, tmp_path: Path) -> None:
     engine = make_engine(url)
     try:
         with transaction(engine, readonly=True) as conn:
-            rows = {r.actor: r for r in conn.execute(select(jobs)).all()}
+            every = conn.execute(select(jobs)).all()
+            rows = {r.actor: r for r in every}
+            calls = [r for r in every if r.actor == "fleet_call_partner_api"]
+            call_attempts = conn.execute(
+                select(job_attempts).where(job_attempts.c.job_id.in_([r.id for r in calls]))
+            ).all()
             tenant = rows["fleet_migrate_tenant"]
             outcomes = [
                 (a.outcome, a.error_class)
@@ -112,4 +124,12 @@ def test_run_demo(engine_url: str | URL, tmp_path: Path) -> None:
         "CancelledCooperatively",
     )
     assert (tenant.status, tenant.budget_used) == ("succeeded", 0)
+    # The store agrees with act 1: one attempt per call, six parks, nothing left waiting.
+    assert sorted(a.outcome for a in call_attempts) == ["succeeded"] * 8
+    assert sum(r.denials for r in calls) == 6
+    assert {(r.status, r.attempt, r.waiting_on) for r in calls} == {("succeeded", 1, None)}
+    starts = sorted(a.started_at for a in call_attempts)
+    for i, first in enumerate(starts):  # never more starts than 2 + 2/s (+1 for clocks)
+        for j in range(i + 1, len(starts)):
+            assert j - i + 1 <= 2 + 2 * (starts[j] - first).total_seconds() + 1
     assert outcomes == [("retried", "WorkerShutdown"), ("succeeded", None)]

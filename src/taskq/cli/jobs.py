@@ -55,6 +55,11 @@ def _when(job: JobRecord) -> str:
     return job.created_at.strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _state(job: JobRecord) -> str:
+    """``waiting (scheduled)`` for a job parked on a limit, else its status."""
+    return f"waiting ({job.status})" if job.waiting else job.status
+
+
 @click.group("jobs")
 def jobs() -> None:
     """Find, inspect, cancel, retry, purge and enqueue jobs."""
@@ -97,7 +102,7 @@ def list_cmd(
         return
     header = ("ID", "ACTOR", "QUEUE", "STATUS", "ATTEMPT", "CREATED", "ERROR_CLASS")
     rows = [
-        (str(j.id), j.actor, j.queue, j.status, str(j.attempt), _when(j), j.error_class or "")
+        (str(j.id), j.actor, j.queue, _state(j), str(j.attempt), _when(j), j.error_class or "")
         for j in page.jobs
     ]
     click.echo(table(header, rows))
@@ -146,7 +151,7 @@ def get_cmd(job_id: str, database_url: str | None, schema_name: str | None, as_j
         ("id", str(job.id)),
         ("actor", job.actor),
         ("queue", job.queue),
-        ("status", job.status),
+        ("status", _state(job)),
         (
             "attempt",
             f"{job.attempt} (budget used {job.budget_used} of {job.max_attempts or 'default'})",
@@ -155,6 +160,7 @@ def get_cmd(job_id: str, database_url: str | None, schema_name: str | None, as_j
         ("tags", ", ".join(job.tags) or "none"),
         ("created_at", job.created_at.isoformat()),
         ("scheduled_at", job.scheduled_at.isoformat()),
+        ("waiting_on", f"{job.waiting_on} (denials {job.denials})" if job.waiting else "none"),
         ("finished_at", job.finished_at.isoformat() if job.finished_at else "not finished"),
         ("error_class", job.error_class or "none"),
         ("error", job.error or "none"),

@@ -103,6 +103,12 @@ def filter_options(fn: F) -> F:
         click.option(
             "--waiting-on", default=None, help="What a parked job waits on (a bucket name)."
         ),
+        click.option(
+            "--waiting/--not-waiting",
+            "waiting",
+            default=None,
+            help="Only jobs parked on a limit (state waiting) / only the others.",
+        ),
         click.option("--created-after", default=None, help="ISO time or duration ago (2h)."),
         click.option("--created-before", default=None, help="ISO time or duration ago."),
         click.option("--finished-after", default=None, help="ISO time or duration ago."),
@@ -122,6 +128,7 @@ _FILTER_KEYS = (
     "parent_job_id",
     "error_class",
     "waiting_on",
+    "waiting",
     "created_after",
     "created_before",
     "finished_after",
@@ -137,7 +144,7 @@ def filter_from_options(options: dict[str, Any]) -> JobFilter:
     for key in ("status", "actor", "queue", "tags"):
         if raw[key]:
             values[key] = list(raw[key])
-    for key in ("identity_key", "parent_job_id", "error_class", "waiting_on"):
+    for key in ("identity_key", "parent_job_id", "error_class", "waiting_on", "waiting"):
         if raw[key] is not None:
             values[key] = raw[key]
     for key in ("created_after", "created_before", "finished_after", "finished_before"):

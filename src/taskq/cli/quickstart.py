@@ -36,16 +36,17 @@ def format_summary(summary: Summary) -> str:
         ("succeeded", str(summary.succeeded), str(summary.succeeded)),
         ("failed", str(summary.failed), str(summary.failed)),
         ("retried", "-", str(summary.retried)),
-        ("snoozed", "-", f"{summary.snoozed}"),
+        ("snoozed", "-", str(summary.snoozed)),
     ]
     if summary.cancelled:
         rows.append(("cancelled", str(summary.cancelled), str(summary.cancelled)))
     rows.append(("total", str(summary.jobs), str(summary.attempts)))
+    parked = f"  parked by the rate limit: {summary.rate_limited} (a denial is not an attempt)"
     lines = [f"  {'outcome':<10} {'jobs':>5}  attempts"]
     lines += [f"  {name:<10} {jobs:>5}  {attempts}" for name, jobs, attempts in rows]
     lines += [
+        parked,
         "",
-        f"  rate limit  {summary.rate_limited} geocodes waited for a token (no attempt spent)",
         f"  time taken  {summary.seconds:.2f} s",
         f"  throughput  {summary.jobs_per_second:.1f} jobs/s",
         f"  database    {summary.database_url}",

@@ -11,9 +11,9 @@ The mix shows the main behaviours on a fresh machine with nothing installed:
 
 - ``quickstart_fetch_page``: every fifth page fails once with a connection error and
   succeeds on its retry (``RetryPolicy``, fast backoff for the demo);
-- ``quickstart_geocode``: limited by an in-process token bucket (``backend="memory"``);
-  the worker claims only what the bucket can admit, so the geocodes past its burst wait
-  for a token without an attempt, a retry or a written denial;
+- ``quickstart_geocode``: limited by an in-process token bucket per city
+  (``backend="memory"``); a job the bucket denies is parked until it has a token (no
+  attempt, no retry budget: ``rate_limited`` counts these parks);
 - ``quickstart_build_report``: reports progress (``ctx.progress``) step by step;
 - ``quickstart_charge_card``: always declines, so it exhausts its two attempts and fails;
 - ``quickstart_wait_for_export``: snoozes once (``Snooze``) waiting for an export, then
@@ -47,7 +47,7 @@ from taskq.db import migrate
 from taskq.db.engine import make_engine, transaction
 from taskq.db.tables import job_attempts, jobs
 from taskq.exceptions import Snooze
-from taskq.ratelimit import RateLimitRegistry, TokenBucket
+from taskq.ratelimit import KeyedRateLimitRef, RateLimitRegistry
 from taskq.retry import RetryPolicy
 from taskq.settings import WorkerSettings
 
@@ -80,6 +80,7 @@ class Page(BaseModel):
 
 class Address(BaseModel):
     street: str
+    city: str = "Amsterdam"
 
 
 class Report(BaseModel):
@@ -123,10 +124,16 @@ async def fetch_page(payload: Page, ctx: JobContext[Page]) -> Fetched:
     return Fetched(size=len(payload.url))
 
 
-GEOCODER_LIMIT: Final = TokenBucket(
-    "quickstart.geocoder", capacity=5, refill_per_second=25, backend="memory"
+GEOCODER_LIMIT: Final = KeyedRateLimitRef.typed(
+    Address,
+    base_name="quickstart.geocoder",
+    key_fn=lambda a: a.city,
+    capacity=5,
+    refill_per_second=25,
+    backend="memory",
 )
-"""The third-party API's quota: 5 at once, 25 a second; in-process (no Redis needed)."""
+"""The third-party API's quota per city: 5 at once, 25 a second; in-process (no Redis
+needed). Keyed, so the worker checks it per claimed job and parks the ones it denies."""
 
 
 @actor(name="quickstart_geocode", queue=QUEUE, rate_limits=[GEOCODER_LIMIT])
@@ -216,10 +223,8 @@ class Summary:
 
     ``jobs == succeeded + failed + cancelled``; every attempt ended as one of
     ``succeeded``, ``failed``, ``retried`` or ``snoozed``, so ``attempts`` is their sum.
-    ``rate_limited`` counts the geocodes the token bucket held back: those that started
-    half a refill interval or more after the first geocode started (the bucket's burst
-    starts at once; the rest are admitted one refill interval apart). Being held back
-    costs no attempt.
+    ``rate_limited`` counts the times the token bucket parked a job (``jobs.denials``):
+    a denial is not an attempt.
     """
 
     database_url: str
@@ -276,24 +281,12 @@ async def _progress(engine: Any, ids: list[UUID]) -> tuple[dict[str, int], dict[
 
 async def _rate_limited(engine: Any, ids: list[UUID]) -> int:
     async with transaction(engine, readonly=True) as conn:
-        starts = (
-            (
-                await conn.execute(
-                    select(jobs.c.started_at).where(
-                        jobs.c.id.in_(ids),
-                        jobs.c.actor == geocode.name,
-                        jobs.c.started_at.is_not(None),
-                    )
-                )
+        value = (
+            await conn.execute(
+                select(func.coalesce(func.sum(jobs.c.denials), 0)).where(jobs.c.id.in_(ids))
             )
-            .scalars()
-            .all()
-        )
-    if not starts:
-        return 0
-    first = min(starts)
-    half_interval = 0.5 / GEOCODER_LIMIT.refill_per_second
-    return sum(1 for t in starts if (t - first).total_seconds() >= half_interval)
+        ).scalar_one()
+    return int(value)
 
 
 def _report_percent(rows: Any) -> float | None:

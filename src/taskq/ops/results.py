@@ -32,7 +32,8 @@ def _iso(value: datetime | None) -> str | None:
 
 def job_to_json(job: JobRecord) -> dict[str, Any]:
     """A job row as a JSON object: every column of :class:`~taskq.records.JobRecord`,
-    ids as strings and times as ISO 8601."""
+    ids as strings and times as ISO 8601, plus the derived ``state`` and ``waiting``
+    (a job parked on a limit reads ``state: "waiting"``; its ``status`` stays stored)."""
     out: dict[str, Any] = {}
     for name in JobRecord.__dataclass_fields__:
         value = getattr(job, name)
@@ -41,6 +42,8 @@ def job_to_json(job: JobRecord) -> dict[str, Any]:
         elif isinstance(value, UUID):
             value = str(value)
         out[name] = value
+    out["state"] = job.state
+    out["waiting"] = job.waiting
     return out
 
 

@@ -122,6 +122,10 @@ class Dispatcher:
         self.stored_ttl: dict[str, float | None] = {}
         self._queues = tuple(settings.queues)
         self._actor_names = tuple(sorted(self.actors))
+        self._unique = frozenset(a for a, ref in self.actors.items() if ref.unique_for is not None)
+        """Actors declaring ``unique_for``: claimed with the ``running_identities``
+        backstop (a job whose identity already runs is left for later), in statements
+        of their own so the other actors' claim carries no extra predicate."""
         self._lease_s = settings.lock_lease.total_seconds()
         self._config_at = -1e9
         self._capped: dict[str, int] = {}
@@ -200,23 +204,28 @@ class Dispatcher:
                 cap = residual.get(actor)
                 n = limit if cap is None else min(limit, cap)
                 if n > 0:
-                    groups.append((queues, (actor,), n, cap is not None))
+                    groups.append((queues, (actor,), n, cap is not None or actor in self._unique))
             if self._skip_others():
                 return groups
-        uncapped = tuple(
+        free_actors = tuple(
             a
             for a in self._actor_names
             if a not in self._capped and (gate is None or not gate.throttled(a))
         )
+        uncapped = tuple(a for a in free_actors if a not in self._unique)
+        unique = tuple(a for a in free_actors if a in self._unique)
         # One statement per queue: each then walks the dispatch index in order and stops
         # at its limit (an IN list over queues would sort every ready row). Queues are
         # drained in the order the worker lists them.
-        for queue in fifo if uncapped else ():
-            room = plan.room.get(queue, free) if plan is not None else free
-            groups.append(((queue,), uncapped, int(min(free, room)), False))
-        if fair and uncapped:
-            share = max(1, -(-free // len(uncapped)))
-            groups.extend((fair, (a,), share, False) for a in uncapped)
+        for queue in fifo if free_actors else ():
+            room = int(min(free, plan.room.get(queue, free) if plan is not None else free))
+            if uncapped:
+                groups.append(((queue,), uncapped, room, False))
+            if unique:
+                groups.append(((queue,), unique, room, True))
+        if fair and free_actors:
+            share = max(1, -(-free // len(free_actors)))
+            groups.extend((fair, (a,), share, a in self._unique) for a in free_actors)
         for actor, left in residual.items():
             if left > 0 and (gate is None or not gate.throttled(actor)):
                 groups.append((queues, (actor,), min(left, free), True))

@@ -235,11 +235,23 @@ class Limits:
         refs = list(actors)
         if any(ref.rate_limits or ref.reservations for ref in refs) and self.registry is None:
             self.registry = default_registry
+        if self.registry is not None:
+            self._apply_caps()
         for ref in refs:
             for item in (*ref.rate_limits, *ref.reservations):
                 if isinstance(item, TokenBucket | SlidingWindow | ConcurrencyReservation):
                     self.registry.register(item)
         self.check_names(refs, queue_caps=False)
+
+    def _apply_caps(self) -> None:
+        """The worker's registry honours ``TASKQ_MAX_KEYED_*`` (unless its constructor
+        was given the caps)."""
+        apply = getattr(self.registry, "apply_settings", None)
+        if apply is not None:
+            apply(
+                max_keyed_rate_limits=self._settings.max_keyed_rate_limits,
+                max_keyed_reservations=self._settings.max_keyed_reservations,
+            )
 
     async def boot(self, actors: Iterable[ActorRef[Any, Any]]) -> None:
         """Set up queue caps, sync the slot rows of every reservation, open Redis.
@@ -261,6 +273,7 @@ class Limits:
             caps = (await conn.execute(wq.queue_caps(s.queues))).all()
         if caps and self.registry is None:
             self.registry = default_registry
+            self._apply_caps()
         slots = [
             item
             for ref in refs

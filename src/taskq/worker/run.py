@@ -507,7 +507,20 @@ class Worker:
         code = 0 if self.crashed is None else EXIT_INTERNAL_ERROR
         self._log.info("worker-stopped", lingering_threads=len(d.lingering), exit_code=code)
         if alive and self.hard_exit:
-            # Executor threads are non-daemon: a normal exit would wait for them forever.
+            # A sync actor's thread cannot be killed. The watchdog stays armed until every
+            # tracked thread is reaped: a thread that ends before its deadline lets the
+            # process exit 0; one that outlives it trips the watchdog (``os._exit`` with
+            # ``WATCHDOG_EXIT_CODE``, reason ``tracked-actor-outlived-teardown``). Its job
+            # row was released held, so no other worker runs it meanwhile.
+            self._log.warning("worker-awaiting-threads", lingering_threads=len(d.lingering))
+            for job in list(d.lingering):
+                exited = job.thread_exited
+                while job.thread_alive() and exited is not None:
+                    await exited.wait()
+                    exited.clear()
+            self._log.info("worker-threads-reaped")
+            watchdog.disarm()
+            # Executor threads are non-daemon: the exit must not wait on the idle pool.
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)

@@ -53,6 +53,8 @@ _KEYED_IDLE_THRESHOLD = timedelta(hours=1)
 _OPPORTUNISTIC_EVICT_MIN_INTERVAL = timedelta(seconds=30)
 """At most one eviction scan per this interval on the acquisition path, per kind."""
 RateLimit = TokenBucket | SlidingWindow
+DEFAULT_MAX_KEYED = 10_000
+"""The keyed caps of a registry nobody configured (the settings' defaults too)."""
 
 
 def _actor_name(actor: object) -> str:
@@ -67,21 +69,26 @@ class RateLimitRegistry:
     """Holds primitives by name and composes them for actors.
 
     ``max_keyed_rate_limits`` / ``max_keyed_reservations`` cap how many keyed concrete
-    primitives may be registered at once, each kind on its own counter. ``clock`` times
+    primitives may be registered at once, each kind on its own counter. A cap left
+    unset (``None``) is 10,000 until a worker adopts the registry, which sets it from
+    ``TASKQ_MAX_KEYED_RATE_LIMITS`` / ``TASKQ_MAX_KEYED_RESERVATIONS``
+    (:meth:`apply_settings`); a cap given here wins over the settings. ``clock`` times
     keyed-entry idleness (the system clock by default).
     """
 
     def __init__(
         self,
         *,
-        max_keyed_rate_limits: int = 10_000,
-        max_keyed_reservations: int = 10_000,
+        max_keyed_rate_limits: int | None = None,
+        max_keyed_reservations: int | None = None,
         clock: Clock | None = None,
     ) -> None:
-        if max_keyed_rate_limits < 1 or max_keyed_reservations < 1:
-            raise ValueError("max_keyed_* caps must be >= 1")
-        self.max_keyed_rate_limits = max_keyed_rate_limits
-        self.max_keyed_reservations = max_keyed_reservations
+        for cap in (max_keyed_rate_limits, max_keyed_reservations):
+            if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+                raise ValueError("max_keyed_* caps must be ints >= 1")
+        self._caps_given = (max_keyed_rate_limits is not None, max_keyed_reservations is not None)
+        self.max_keyed_rate_limits = max_keyed_rate_limits or DEFAULT_MAX_KEYED
+        self.max_keyed_reservations = max_keyed_reservations or DEFAULT_MAX_KEYED
         self._clock: Clock = clock or SystemClock()
         self._lock = threading.Lock()
         self._rate_limits: dict[str, RateLimit] = {}
@@ -90,6 +97,14 @@ class RateLimitRegistry:
         self._keyed_res: dict[str, float] = {}
         self._last_scan_rl = -math.inf
         self._last_scan_res = -math.inf
+
+    def apply_settings(self, *, max_keyed_rate_limits: int, max_keyed_reservations: int) -> None:
+        """Take the keyed caps from settings (what a worker does with its registry at
+        boot), except a cap the constructor was given, which stays."""
+        if not self._caps_given[0]:
+            self.max_keyed_rate_limits = max_keyed_rate_limits
+        if not self._caps_given[1]:
+            self.max_keyed_reservations = max_keyed_reservations
 
     # -- registration -------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from sqlalchemy import (
     func,
     literal,
     literal_column,
+    not_,
     null,
     select,
     tuple_,
@@ -110,6 +111,12 @@ def filter_conditions(dialect: str, flt: JobFilter) -> list[ColumnElement[bool]]
         if waiting is None:
             raise ValueError("JobFilter.waiting_on: this schema has no jobs.waiting_on column")
         conds.append(waiting == flt.waiting_on)
+    if flt.waiting is not None:
+        column = c.get("waiting_on")
+        if column is None:
+            raise ValueError("JobFilter.waiting: this schema has no jobs.waiting_on column")
+        parked = and_(column.is_not(None), c.status.in_(("pending", "scheduled")))
+        conds.append(parked if flt.waiting else not_(parked))
     if flt.created_after is not None:
         conds.append(c.created_at >= flt.created_after)
     if flt.created_before is not None:

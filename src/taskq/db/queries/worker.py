@@ -18,6 +18,7 @@ from sqlalchemy import (
     Update,
     and_,
     bindparam,
+    case,
     delete,
     func,
     literal,
@@ -338,13 +339,14 @@ def expire_results(dialect_name: str) -> Update:
 
 
 def queue_depth() -> Select[Any]:
-    """``(queue, status, count)`` of the jobs waiting to run: ``pending`` (ready) and
-    ``scheduled`` (a delay, a retry backoff, a snooze), per queue (the rows the dispatch
-    index covers)."""
+    """``(queue, status, count)`` of the jobs waiting to run: ``pending`` (ready),
+    ``scheduled`` (a delay, a retry backoff, a snooze) and ``waiting`` (parked on a limit:
+    ``waiting_on`` set), per queue (the rows the dispatch index covers)."""
+    state = case((jobs.c.waiting_on.is_not(None), literal("waiting")), else_=jobs.c.status)
     return (
-        select(jobs.c.queue, jobs.c.status, func.count())
+        select(jobs.c.queue, state, func.count())
         .where(jobs.c.status.in_(("pending", "scheduled")))
-        .group_by(jobs.c.queue, jobs.c.status)
+        .group_by(jobs.c.queue, state)
     )
 
 
