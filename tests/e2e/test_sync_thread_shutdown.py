@@ -8,6 +8,7 @@ Real worker processes (``python -m taskq.worker``), SIGTERM as a deploy sends it
 
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 from typing import Any
@@ -68,7 +69,12 @@ async def test_a_thread_outliving_the_deadline_trips_the_watchdog(
     assert "worker-stopped" in log
     assert "worker-awaiting-threads" in log
     assert "worker-watchdog-exit" in log
-    assert "reason=tracked-actor-outlived-teardown" in log
+    [exit_line] = [
+        json.loads(line)
+        for line in log.splitlines()
+        if line.startswith("{") and '"worker-watchdog-exit"' in line
+    ]
+    assert exit_line["reason"] == "tracked-actor-outlived-teardown"
     assert "worker-threads-reaped" not in log
     assert _events(runs_file) == ["start"]  # cut short by the process's end
     # The order: teardown finished, then the watchdog stayed armed, then it tripped.
