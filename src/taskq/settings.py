@@ -23,6 +23,17 @@ _log = logging.getLogger("taskq.settings")
 _ENV_PREFIX = "TASKQ_"
 
 
+def seconds_or_iso(value: Any) -> Any:
+    """A duration setting's raw value: a string of seconds (``"0.5"``) becomes a float;
+    anything else (an ISO 8601 duration, a timedelta) is left for pydantic."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
 class TaskQSettings(BaseSettings):
     """Settings every taskq process reads: where the stores are and how to talk to them."""
 
@@ -106,12 +117,7 @@ class TaskQSettings(BaseSettings):
     @classmethod
     def _seconds_or_iso(cls, value: Any) -> Any:
         """Accept seconds (``TASKQ_RATE_LIMIT_REDIS_TIMEOUT=0.5``) as well as ISO 8601."""
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                return value
-        return value
+        return seconds_or_iso(value)
 
     @field_validator(
         "default_start_to_close",
@@ -246,12 +252,7 @@ class WorkerSettings(TaskQSettings):
     @classmethod
     def _seconds_string(cls, value: Any) -> Any:
         """Accept ``TASKQ_POLL_INTERVAL=0.2`` (seconds) as well as ISO 8601 durations."""
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                return value
-        return value
+        return seconds_or_iso(value)
 
     @field_validator("log_level")
     @classmethod
