@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from pydantic import BaseModel, ConfigDict
@@ -222,6 +223,32 @@ def _matching(settings: TaskQSettings, flt: JobFilter, *, needed: bool) -> int:
     return counted.count
 
 
+T = TypeVar("T")
+
+
+def _bulk(
+    options: dict[str, Any],
+    database_url: str | None,
+    schema_name: str | None,
+    yes: bool,
+    *,
+    verb: str,
+    question: str,
+    label: str,
+    act: Callable[[Any, JobFilter, Callable[[int], None] | None], Awaitable[T]],
+) -> T:
+    """The bulk commands' one flow: the filter (an empty one refused), the count and the
+    question unless ``--yes``, then ``act`` in batches behind a progress bar."""
+    flt = filter_from_options(options)
+    if not flt.to_json():
+        raise click.UsageError(f"give at least one filter option (refusing to {verb} every job)")
+    settings = load_settings(database_url, schema_name)
+    total = _matching(settings, flt, needed=not yes)
+    confirm(question.format(total=total), yes=yes)
+    with progress(label, total) as on_batch:
+        return run_ops(settings, lambda e: act(_client(e, settings), flt, on_batch))
+
+
 @jobs.command("cancel-where")
 @filter_options
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
@@ -242,19 +269,18 @@ def cancel_where_cmd(
     ones are asked to stop through their workers' cancel ladder. An empty filter is
     refused: name at least one field.
     """
-    flt = filter_from_options(options)
-    if not flt.to_json():
-        raise click.UsageError("give at least one filter option (refusing to cancel every job)")
-    settings = load_settings(database_url, schema_name)
-    total = _matching(settings, flt, needed=not yes)
-    confirm(f"cancel the active ones among {total} matching job(s)?", yes=yes)
-    with progress("cancelling", total) as on_batch:
-        result = run_ops(
-            settings,
-            lambda e: _client(e, settings).cancel_where(
-                flt, batch_size=batch_size, on_batch=on_batch
-            ),
-        )
+    result = _bulk(
+        options,
+        database_url,
+        schema_name,
+        yes,
+        verb="cancel",
+        question="cancel the active ones among {total} matching job(s)?",
+        label="cancelling",
+        act=lambda client, flt, on_batch: client.cancel_where(
+            flt, batch_size=batch_size, on_batch=on_batch
+        ),
+    )
     if as_json:
         echo_json(result.to_json())
         return
@@ -297,19 +323,18 @@ def retry_where_cmd(
     **options: Any,
 ) -> None:
     """Retry every failed, cancelled, crashed or abandoned job matching the filter."""
-    flt = filter_from_options(options)
-    if not flt.to_json():
-        raise click.UsageError("give at least one filter option (refusing to retry every job)")
-    settings = load_settings(database_url, schema_name)
-    total = _matching(settings, flt, needed=not yes)
-    confirm(f"retry the finished-unsuccessfully ones among {total} matching job(s)?", yes=yes)
-    with progress("retrying", total) as on_batch:
-        result = run_ops(
-            settings,
-            lambda e: _client(e, settings).retry_where(
-                flt, batch_size=batch_size, on_batch=on_batch
-            ),
-        )
+    result = _bulk(
+        options,
+        database_url,
+        schema_name,
+        yes,
+        verb="retry",
+        question="retry the finished-unsuccessfully ones among {total} matching job(s)?",
+        label="retrying",
+        act=lambda client, flt, on_batch: client.retry_where(
+            flt, batch_size=batch_size, on_batch=on_batch
+        ),
+    )
     if as_json:
         echo_json(result.to_json())
         return
