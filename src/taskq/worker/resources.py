@@ -25,9 +25,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from taskq.actor import ActorRef
 from taskq.clock import SystemClock
 from taskq.db.dialect import traits
-from taskq.db.engine import transaction
+from taskq.db.engine import transaction, with_schema
 from taskq.db.queries import dispatch as dq
+from taskq.db.queries import handover as hq
+from taskq.db.queries import ratelimit as rq
 from taskq.db.queries import worker as wq
+from taskq.db.queries.dispatch import notify_channel
 from taskq.di import Container, ProviderRegistry, Scope
 from taskq.exceptions import ConfigurationError, MissingProvider
 from taskq.settings import WorkerSettings
@@ -218,8 +221,11 @@ class Limits:
         """Told the names of the slots this worker released (the dispatcher's gates)."""
         self.schema_name = settings.schema_name
         self.never_parked: frozenset[str] = frozenset()
-        """Reservations taken before the claim (no job waits parked on them: a release
-        has nobody to wake)."""
+        """Reservations taken before the claim (no job waits parked on them: their release
+        wakes the other workers instead, :meth:`release_slot`)."""
+        self.keep: Callable[[Any], bool] | None = None
+        """Asked for each static slot a finished job releases: True when the dispatcher
+        keeps it for its next claim (:meth:`taskq.worker.waiting.Gatekeeper.keep`)."""
 
     def prepare(self, actors: Iterable[ActorRef[Any, Any]]) -> None:
         """Pick the registry, register actor-declared primitives, check referenced names.
@@ -403,19 +409,34 @@ class Limits:
 
         self._slots.pop(acquired.job_id, None)
         freed: list[str] = []
+        kept = False
         if acquired.resources and self.registry is not None:
-            await self.registry.release_for_actor(
-                acquired.resources,
-                worker_id=self._worker_id,
-                redis_client=self._redis,
-                pg_pool=self._engine,
-                clock=self._clock,
-                settings=self._settings,
-            )
-            freed += [h.name for h in acquired.resources if isinstance(h, ReservationHandle)]
+            rest: list[Any] = []
+            for handle in reversed(acquired.resources):
+                if not isinstance(handle, ReservationHandle):
+                    continue
+                if handle.name not in self.never_parked:
+                    rest.append(handle)
+                elif self.keep is not None and self.keep(handle):
+                    kept = True  # handed to the next claim: no release, no round trip
+                else:
+                    await self.release_slot(handle.primitive, handle.slot_index)
+                    freed.append(handle.name)
+            if rest:
+                await self.registry.release_for_actor(
+                    list(reversed(rest)),
+                    worker_id=self._worker_id,
+                    redis_client=self._redis,
+                    pg_pool=self._engine,
+                    clock=self._clock,
+                    settings=self._settings,
+                )
+                freed += [h.name for h in rest]
         for reservation, slot in reversed(acquired.caps):
             await reservation.release(slot, self._worker_id, pool=self._engine)
             freed.append(reservation.name)
+        if kept and not freed and self.on_release is not None:
+            self.on_release([])  # the claim loop comes round for the kept slot
         if freed:
             if self.on_release is not None:
                 self.on_release(freed)
@@ -455,12 +476,29 @@ class Limits:
         return index
 
     async def give_slot(self, reservation: Any, index: int) -> None:
-        """Give back a slot :meth:`take_slot` took and no job used."""
-        pool = None if reservation.clock is not None else self._engine
+        """Give back a slot of a static reservation that no job used (taken for a claim
+        that found no job, or kept from a job that ended)."""
         try:
-            await reservation.release(index, self._worker_id, pool)
+            await self.release_slot(reservation, index)
         except (DBAPIError, SQLAlchemyError, OSError) as exc:
             _log.warning("worker-slot-release-failed", reservation=reservation.name, error=str(exc))
+
+    async def release_slot(self, reservation: Any, index: int) -> None:
+        """Free a slot of a static reservation (taken before the claim: no job is parked
+        on it to wake). On Postgres the same statement NOTIFYs every worker that it is
+        free (``slot <name>``), so one whose claim found it full comes round at once; on
+        SQLite they see it at their next look at the slots (the poll)."""
+        if reservation.clock is not None:
+            await reservation.release(index, self._worker_id, None)
+            return
+        engine = with_schema(self._engine, schema=reservation.schema)
+        async with transaction(engine) as conn:
+            if traits(conn.dialect.name).notify:
+                channel = notify_channel(self._settings.schema_name)
+                stmt = hq.release_slot_notify(channel, reservation.name, index, self._worker_id)
+            else:
+                stmt = rq.slot_release(reservation.name, index, self._worker_id)
+            await conn.execute(stmt)
 
     async def acquire_rate(self, primitive: Any, count: float) -> Any:
         """One acquire of ``count`` tokens (one request for a sliding window) of

@@ -431,7 +431,11 @@ class Worker:
         url = self.engine.url
         if traits(self.engine.dialect.name).notify:
             listener = Listener(
-                async_url(url), self.settings.schema_name, self.settings.queues, self.wake
+                async_url(url),
+                self.settings.schema_name,
+                self.settings.queues,
+                self.wake,
+                on_slot=self.dispatcher.slot_freed_elsewhere,
             )
             self._spawn(listener.run(), "listen", stoppable=False)
         self._spawn(self.dispatcher.completer.run(), "complete")
