@@ -211,6 +211,9 @@ async def test_a_job_parked_a_hundred_times_has_made_no_attempt(
         assert (record.ready_at - record.updated_at).total_seconds() > 200  # the lease end
         assert await handle.attempts() == []
         assert await _attempt_count(engine, handle.job_id) == 0
+        status = await handle.status()  # the same, through the handle's status
+        assert (status, status.state, status.waiting_on) == ("scheduled", "waiting", name)
+        assert (status.ready_at, status.denials) == (record.ready_at, 100)
 
         await holder.release(held, someone, engine)
         async with engine.begin() as conn:
