@@ -328,3 +328,33 @@ async def test_a_queue_cap_hands_on_at_a_release_across_two_workers(
         assert nxt >= cur + timedelta(seconds=0.3)  # one at a time
     assert all(r.attempt == 1 and r.waiting_on is None for r in records)
     assert [await _attempt_count(engine, r.id) for r in records] == [1] * 6
+
+
+# -- tokens taken for jobs the claim did not find are given back ------------------------
+
+
+async def test_tokens_paid_for_jobs_the_claim_did_not_find_go_back_to_a_sql_bucket(
+    engine: AsyncEngine, engine_url: str | URL, unique_name: str
+) -> None:
+    """A SQL-backed fixed quota of 10 tokens, 3 jobs, a worker with room for 10: the claim
+    round pays for up to 10 jobs before claiming, finds 3, and refunds the other 7 into
+    the bucket (on Postgres and SQLite), so 7 are left once the 3 have run."""
+    from taskq.ratelimit import TokenBucket
+
+    bucket = TokenBucket(unique_name, capacity=10, refill_per_second=0, backend="postgres")
+
+    @actor(name=f"waiting_sql_quota_{unique_name}", rate_limits=[bucket])
+    async def quota(payload: Tenant) -> None:
+        return None
+
+    client = JobsClient(SqlBackend(engine))
+    handles = [await client.enqueue(quota, Tenant(tenant="t", n=n)) for n in range(3)]
+    settings = worker_settings(engine_url, max_concurrency=10)
+    async with running_worker(
+        settings, {quota.name: quota}, rate_limit_registry=RateLimitRegistry()
+    ):
+        for handle in handles:
+            await handle.wait(timeout=30)
+    state = await bucket.peek(pg_pool=engine)
+    assert state.tokens_remaining == 7
+    assert [(await h.refresh()).attempt for h in handles] == [1, 1, 1]
