@@ -383,6 +383,8 @@ class Dispatcher:
             want = min(free, batch)
             if self.wake.is_set() and not self._woken_by_release:
                 self._others_empty_at = None  # a NOTIFY (new work): look at everything
+                if self.gate is not None:
+                    self.gate.new_work()
             self._woken_by_release = False
             self.wake.clear()
             self._reserved += want

@@ -181,6 +181,12 @@ class Gatekeeper:
 
         return await self.admission.take_in_claim(paid, take)
 
+    def new_work(self) -> None:
+        """A NOTIFY said jobs were enqueued: actors whose backlog ran dry are looked at
+        (one indexed read each) in the next round instead of after the poll interval."""
+        for actor in self._dry:
+            self._dry[actor] = -math.inf
+
     def throttled(self, actor: str) -> bool:
         """True when the actor's jobs are claimed only through :meth:`plan`'s limits."""
         return self.admission.throttled(actor)

@@ -282,6 +282,67 @@ async def test_a_release_wakes_the_job_parked_on_it_on_another_worker(
     assert done_y.denials == 1
 
 
+def _static_slot_actor(base: str) -> Any:
+    @actor(
+        name=f"waiting_static_{base}",
+        reservations=[ConcurrencyReservation(base, slots=1, lease=300.0)],
+    )
+    async def static(payload: Tenant, ctx: JobContext[Tenant]) -> Attempt:
+        if payload.seconds:
+            await asyncio.sleep(payload.seconds)
+        return Attempt(attempt=ctx.attempt)
+
+    return static
+
+
+async def test_releasing_a_static_reservation_wakes_another_worker(
+    engine: AsyncEngine, engine_url: str | URL, unique_name: str
+) -> None:
+    """A static one-slot reservation (lease 300 s). Worker A runs X holding it; worker B
+    (another queue) is asked for Y, finds the slot taken in its claim and leaves Y
+    ``pending`` (taken before the claim: nothing parked, nothing written). X ends, A has
+    nothing more for the slot and releases it: on Postgres the release NOTIFYs, and B,
+    which polls only every 60 s, runs Y at once; on SQLite B's poll finds it. Order: X
+    starts, B's gate is full while X runs, X ends, Y starts (long before the lease end)."""
+    static = _static_slot_actor(unique_name)
+    client = JobsClient(SqlBackend(engine))
+    pg = engine.dialect.name == "postgresql"
+    poll = 60.0 if pg else 0.05
+    a_settings = worker_settings(engine_url, queues=("wa",), poll_interval=poll)
+    b_settings = worker_settings(engine_url, queues=("wb",), poll_interval=poll)
+    actors = {static.name: static}
+    async with (
+        running_worker(a_settings, actors, rate_limit_registry=RateLimitRegistry()) as a,
+        running_worker(b_settings, actors, rate_limit_registry=RateLimitRegistry()) as b,
+    ):
+        await wait_until(lambda: _booted(a, b), timeout=30)
+        x = await client.enqueue(static, Tenant(tenant="k", seconds=2.0), queue="wa")
+
+        async def x_running() -> bool:
+            return (await x.status()) == "running"
+
+        await wait_until(x_running, timeout=30, interval=0.01)
+        y = await client.enqueue(static, Tenant(tenant="k"), queue="wb")
+        b_gate = b.dispatcher.gate.admission.slot_gates[unique_name]
+
+        async def b_found_it_full() -> bool:
+            return b_gate.waiting
+
+        await wait_until(b_found_it_full, timeout=30, interval=0.01)
+        assert (await x.status()) == "running"  # B was refused while X held the slot
+        held_back = await y.refresh()
+        assert (held_back.status, held_back.attempt, held_back.denials) == ("pending", 0, 0)
+        assert (await y.wait(timeout=30)).attempt == 1
+    done_x, done_y = await x.refresh(), await y.refresh()
+    assert done_x.started_at is not None and done_y.started_at is not None
+    assert done_x.finished_at is not None
+    assert done_y.started_at >= done_x.started_at + timedelta(seconds=2)  # after X's release
+    assert done_y.started_at < done_x.started_at + timedelta(
+        seconds=40
+    )  # not the poll, not the lease
+    assert (done_y.attempt, done_y.denials, done_y.waiting_on) == (1, 0, None)
+
+
 async def _booted(*workers: Any) -> bool:
     return all(w.limits.active and w.dispatcher.gate is not None for w in workers)
 
