@@ -334,7 +334,8 @@ async def test_releasing_a_static_reservation_wakes_another_worker(
         assert (held_back.status, held_back.attempt, held_back.denials) == ("pending", 0, 0)
         assert (await y.wait(timeout=30)).attempt == 1
     done_x, done_y = await x.refresh(), await y.refresh()
-    assert done_x.started_at is not None and done_y.started_at is not None
+    assert done_x.started_at is not None
+    assert done_y.started_at is not None
     assert done_x.finished_at is not None
     assert done_y.started_at >= done_x.started_at + timedelta(seconds=2)  # after X's release
     assert done_y.started_at < done_x.started_at + timedelta(
