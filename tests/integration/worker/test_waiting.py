@@ -323,6 +323,7 @@ async def test_releasing_a_static_reservation_wakes_another_worker(
 
         await wait_until(x_running, timeout=30, interval=0.01)
         y = await client.enqueue(static, Tenant(tenant="k"), queue="wb")
+        assert b.dispatcher.gate is not None
         b_gate = b.dispatcher.gate.admission.slot_gates[unique_name]
 
         async def b_found_it_full() -> bool:
