@@ -364,6 +364,8 @@ class Dispatcher:
         try:
             await asyncio.gather(*(self._claim_loop(i) for i in range(loops)))
         finally:
+            if self._hand_over is not None:  # it hands its rows back: claiming is off
+                await asyncio.gather(self._hand_over, return_exceptions=True)
             if self.gate is not None:
                 # Slots kept for a claim that will not come: free them for other workers.
                 with contextlib.suppress(Exception):
