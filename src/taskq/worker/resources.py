@@ -1,8 +1,7 @@
-"""What an attempt holds besides its row: DI instances, reservation slots, rate-limit tokens.
+"""What an attempt holds besides its row and its DI instances
+(:mod:`taskq.worker.dependencies`): reservation slots and rate-limit tokens.
 
-:class:`Dependencies` opens one DI scope per attempt (TRANSIENT instances live until the
-attempt ends; a sync actor's THREAD instances are built on its own thread) and checks at
-boot that every dependency has a provider. :class:`Limits` registers actor-declared
+:class:`Limits` registers actor-declared
 primitives and queue caps, checks at boot that every name an actor references is
 registered, acquires/releases per attempt (the queue cap slot first, then the actor's
 reservations and rate limits, ``acquire_for_actor``) and tells the heartbeat which
@@ -13,14 +12,14 @@ from the ``rate_limit_registry`` argument or a DI value provider.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import structlog
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from taskq.actor import ActorRef
 from taskq.clock import SystemClock
@@ -31,9 +30,10 @@ from taskq.db.queries import handover as hq
 from taskq.db.queries import ratelimit as rq
 from taskq.db.queries import worker as wq
 from taskq.db.queries.dispatch import notify_channel
-from taskq.di import Container, ProviderRegistry, Scope
-from taskq.exceptions import ConfigurationError, MissingProvider
+from taskq.di import ProviderRegistry, Scope
+from taskq.exceptions import ConfigurationError
 from taskq.settings import WorkerSettings
+from taskq.worker.dependencies import Dependencies
 from taskq.worker.state import RunningJob
 
 if TYPE_CHECKING:
@@ -41,94 +41,9 @@ if TYPE_CHECKING:
     from taskq.ratelimit.composition import AcquiredResource
 
 __all__ = ["Dependencies", "Limits", "SlotHold", "resolve_rate_limit_registry"]
+# Dependencies moved to taskq.worker.dependencies; still importable from here.
 
 _log = structlog.get_logger("taskq.worker")
-
-
-def _scope_of(registry: ProviderRegistry, dep: type[object]) -> Scope | None:
-    provider = registry.get(dep)
-    return provider.scope if provider is not None else None
-
-
-class Dependencies:
-    """The worker's DI: one container per process, one scope per attempt."""
-
-    def __init__(self, registry: ProviderRegistry | None) -> None:
-        self._registry = registry
-        self._container: Container | None = None
-
-    def open(self, actors: Iterable[ActorRef[Any, Any]]) -> None:
-        """Check every actor's dependencies (boot fails, not the first job) and open the
-        container. An unsealed registry is validated (and sealed) here. A sync actor
-        declaring a LOOP-scoped dependency gets a WARNING: loop-bound clients are not
-        thread-safe."""
-        refs = list(actors)
-        needy = [ref for ref in refs if ref.dependencies]
-        if self._registry is None:
-            if needy:
-                raise MissingProvider(next(iter(needy[0].dependencies.values())), needy[0].name)
-            return
-        if not self._registry.sealed:
-            self._registry.validate(actors=refs)
-        for ref in needy:
-            for name, dep in ref.dependencies.items():
-                scope = _scope_of(self._registry, dep)
-                if scope is None:
-                    raise MissingProvider(dep, ref.name)
-                if ref.is_sync and scope is Scope.LOOP:
-                    _log.warning(
-                        "worker-sync-actor-loop-dependency",
-                        actor=ref.name,
-                        parameter=name,
-                        dependency=dep.__qualname__,
-                    )
-        self._container = self._registry.container()
-
-    @property
-    def loop_connection(self) -> bool:
-        """True when an ``AsyncConnection`` is registered at ``Scope.LOOP``: the signal that
-        turns on transactional sub-jobs (a pool or engine registration does not)."""
-        provider = self._registry.get(AsyncConnection) if self._registry is not None else None
-        return provider is not None and provider.scope is Scope.LOOP
-
-    async def loop_connection_instance(self) -> AsyncConnection:
-        """The registered LOOP-scope ``AsyncConnection`` (built on first use, single-flight):
-        the connection a ``TASKQ_MAX_CONCURRENCY=1`` worker runs each job's transaction on."""
-        if self._container is None:
-            raise RuntimeError("the DI container is not open")
-        return await self._container.resolve(AsyncConnection)
-
-    @contextlib.asynccontextmanager
-    async def scope(self, job: RunningJob) -> AsyncIterator[dict[str, object]]:
-        """The attempt's loop-side keyword arguments; TRANSIENT ones torn down at exit."""
-        if self._container is None or self._registry is None:
-            raise RuntimeError(f"actor {job.ref.name!r} declares dependencies but no di_registry")
-        registry = self._registry
-        container = self._container
-        ref = job.ref
-        on_thread = {
-            name
-            for name, dep in ref.dependencies.items()
-            if ref.is_sync and _scope_of(registry, dep) is Scope.THREAD
-        }
-        async with container.invocation() as inv:
-            yield {
-                name: await container.resolve(dep, _transient=inv.stack)
-                for name, dep in ref.dependencies.items()
-                if name not in on_thread
-            }
-
-    def thread_kwargs(self, job: RunningJob) -> dict[str, object]:
-        """A sync actor's THREAD-scoped arguments, built on the calling (actor) thread."""
-        if self._container is None:
-            return {}
-        return self._container.thread_kwargs_for(job.ref)
-
-    async def close(self) -> None:
-        """Tear the container down (PROCESS/LOOP/THREAD instances, newest first)."""
-        if self._container is not None:
-            with contextlib.suppress(Exception):
-                await self._container.aclose()
 
 
 def resolve_rate_limit_registry(argument: Any, di_registry: ProviderRegistry | None) -> Any:
