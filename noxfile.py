@@ -13,6 +13,8 @@ Sessions (``nox -l`` lists them):
   every test exactly once. Extra arguments go to pytest: ``nox -s tests -- -x -k retry``.
 - ``chaos``: the fault suite (tests/chaos) with real worker processes and private servers;
   ``nox -s chaos -- --long`` runs its long form. The short form is part of ``tests`` too.
+- ``django-3.11`` / ``django-3.12``: Django's test runner on the test project, on Django
+  5.2 with the ``django-tasks`` backport and on Django 6.1. Not run by a bare ``nox``.
 - ``lint``: ``ruff check`` and ``ruff format --check`` over src tests tools alembic.
 - ``typecheck``: ``mypy`` (strict, over src, tests, tools, benchmarks and alembic; files and
   options from pyproject.toml).
@@ -92,6 +94,18 @@ def chaos(session: nox.Session) -> None:
     if "--long" in session.posargs:
         env["TASKQ_CHAOS_LONG"] = "1"
     session.run("pytest", "-n", "0", "-s", *(args or ["tests/chaos"]), env=env)
+
+
+@nox.session(python=["3.11", "3.12"], default=False)
+def django(session: nox.Session) -> None:
+    """Django's own test runner on the test project (tests/integration/frameworks/
+    test_django.py) on both supported Django lines: Python 3.11 resolves Django 5.2 with the
+    ``django-tasks`` backport, Python 3.12 Django 6.1 with ``django.tasks`` built in."""
+    install_project(session)
+    env = {"TASKQ_TEST_DATABASE_URL": SYSTEM_DATABASE_URL, "TASKQ_TEST_REDIS_URL": SYSTEM_REDIS_URL}
+    session.run("python", "-c", "import django; print('Django', django.get_version())")
+    args = session.posargs or ["tests/integration/frameworks/test_django.py"]
+    session.run("pytest", "-n", "0", "-p", "no:cacheprovider", *args, env=env)
 
 
 @nox.session(python=PYTHON)
