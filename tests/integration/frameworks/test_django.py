@@ -47,7 +47,7 @@ def test_manage_py_test_passes_from_a_fresh_database(unique_name: str) -> None:
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     # the same tests on Django 5.2 (django-tasks backport) and 6.1: `nox -s django`
-    assert "Ran 14 tests" in out, out
+    assert "Ran 15 tests" in out, out
     assert "OK" in out.splitlines()[-1] or "\nOK" in out, out
     assert "being accessed by other users" not in out, out
     assert f"test_{name}" not in _databases()

@@ -141,3 +141,49 @@ def test_progress_route_answers_bad_requests(server: str) -> None:
         f"{server}/jobs/{missing}/progress", headers={"Last-Event-ID": "abc"}, timeout=30
     )
     assert bad.status_code == 400
+
+
+async def test_authorize_and_redact_in_process(pg_url: URL) -> None:
+    from fastapi import FastAPI
+    from sqlalchemy import update
+
+    from taskq import TaskQ
+    from taskq.contrib.starlette import lifespan, progress_route
+    from taskq.db.tables import jobs
+
+    settings = TaskQSettings.load(database_url=None, redis_url=None)
+    seen: list[tuple[str, uuid.UUID]] = []
+
+    async def authorize(request: Any, job_id: uuid.UUID) -> bool:
+        seen.append((request.headers.get("x-user", ""), job_id))
+        return request.headers.get("x-user") == "ops"
+
+    def redact(actor: str, state: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in state.items() if k != "data"} | {"actor": actor}
+
+    app = FastAPI(lifespan=lifespan(dsn=async_url(pg_url), settings=settings))
+    app.router.routes.append(progress_route(authorize=authorize, redact=redact))
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client,
+    ):
+        tq: TaskQ = app.state.taskq
+        job = await tq.enqueue(progress_app.sse_steps, {"before": 0, "after": 0, "gate": "-"})
+        async with tq.engine.begin() as conn:
+            await conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job.job_id)
+                .values(
+                    status="succeeded",
+                    progress={"step": 2, "data": {"token": "s3cret"}},
+                    progress_seq=4,
+                )
+            )
+        url = f"/jobs/{job.job_id}/progress"
+        assert (await client.get(url, headers={"x-user": "guest"})).status_code == 403
+        body = (await client.get(url, headers={"x-user": "ops"})).text
+    assert seen == [("guest", job.job_id), ("ops", job.job_id)]
+    [(ident, data)] = list(_events(iter(body.splitlines())))
+    assert ident == 4
+    assert data["state"] == {"step": 2, "actor": "sse_contrib_steps"}
+    assert "s3cret" not in body

@@ -4,13 +4,35 @@ from __future__ import annotations
 
 import os
 from datetime import timedelta
+from typing import Any
 
 from taskq.ratelimit import TokenBucket
 
 try:
     from django.tasks import task
+    from django.tasks.signals import task_enqueued, task_finished, task_started
 except ImportError:
     from django_tasks import task
+    from django_tasks.signals import task_enqueued, task_finished, task_started
+
+
+def _record(name: str) -> Any:
+    """A receiver appending ``name id status pid`` to ``$DJ_SIGNALS_FILE`` (if set)."""
+
+    def receiver(sender: Any, task_result: Any, **_: Any) -> None:
+        path = os.environ.get("DJ_SIGNALS_FILE")
+        if path:
+            with open(path, "a") as out:
+                out.write(f"{name} {task_result.id} {task_result.status} {os.getpid()}\n")
+
+    return receiver
+
+
+# Connected in the test process and in the worker (taskq_worker imports this module).
+_RECEIVERS = {name: _record(name) for name in ("enqueued", "started", "finished")}
+task_enqueued.connect(_RECEIVERS["enqueued"])
+task_started.connect(_RECEIVERS["started"])
+task_finished.connect(_RECEIVERS["finished"])
 
 
 @task()

@@ -124,6 +124,53 @@ class CommitAndRollback(TaskQTestMixin, TransactionTestCase):
         self.assertIn("boom from a task", bad.errors[0].traceback)
         self.assertEqual(add.get_result(ok.id).return_value, 5)
 
+    def test_tasks_backend_signals_and_features(self) -> None:
+        from taskq.contrib.django.tasks import TaskQBackend, task_backends
+
+        backend = task_backends["default"]
+        self.assertIsInstance(backend, TaskQBackend)
+        self.assertTrue(
+            backend.supports_defer
+            and backend.supports_async_task
+            and backend.supports_get_result
+            and backend.supports_priority
+        )
+        signals = Path(self.tmp_signals())
+        ok = add.enqueue(1, 1)
+        bad = boom.enqueue()
+        me = str(os.getpid())
+        self.assertEqual(
+            signals.read_text().split("\n")[:2],
+            [f"enqueued {ok.id} READY {me}", f"enqueued {bad.id} READY {me}"],
+        )
+        worker = Worker()
+        try:
+            wait_terminal(uuid.UUID(ok.id))
+            wait_terminal(uuid.UUID(bad.id))
+        finally:
+            out = worker.stop()
+        lines = [line.split() for line in signals.read_text().splitlines()[2:]]
+        by_result = {
+            rid: [(name, status) for name, r, status, _ in lines if r == rid]
+            for rid in (ok.id, bad.id)
+        }
+        self.assertEqual(
+            by_result[ok.id], [("started", "RUNNING"), ("finished", "SUCCESSFUL")], out
+        )
+        self.assertEqual(by_result[bad.id], [("started", "RUNNING"), ("finished", "FAILED")])
+        # sent in the worker, not here
+        self.assertEqual({pid for *_, pid in lines}, {str(worker.proc.pid)})
+
+    def tmp_signals(self) -> str:
+        import tempfile
+
+        fd, path = tempfile.mkstemp(prefix="dj-signals-")
+        os.close(fd)
+        os.environ["DJ_SIGNALS_FILE"] = path
+        self.addCleanup(os.environ.pop, "DJ_SIGNALS_FILE", None)
+        self.addCleanup(os.unlink, path)
+        return path
+
 
 class TaskOptions(TaskQTestMixin, TransactionTestCase):
     """taskq's options on ``@task`` (and Django's own queue/priority/run_after) reach the
