@@ -23,6 +23,7 @@ import pytest
 import redis
 import uvicorn
 from sqlalchemy.engine import URL
+from starlette.requests import Request
 
 import taskq_sync
 from taskq.db.dialect import async_url, sync_url
@@ -154,7 +155,7 @@ async def test_authorize_and_redact_in_process(pg_url: URL) -> None:
     settings = TaskQSettings.load(database_url=None, redis_url=None)
     seen: list[tuple[str, uuid.UUID]] = []
 
-    async def authorize(request: Any, job_id: uuid.UUID) -> bool:
+    async def authorize(request: Request, job_id: uuid.UUID) -> bool:
         seen.append((request.headers.get("x-user", ""), job_id))
         return request.headers.get("x-user") == "ops"
 
