@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -96,7 +98,33 @@ def chaos(session: nox.Session) -> None:
     session.run("pytest", "-n", "0", "-s", *(args or ["tests/chaos"]), env=env)
 
 
-@nox.session(python=["3.11", "3.12"], default=False)
+DJANGO_PYTHONS = ["3.11", "3.12"]
+
+
+def _interpreters_on_path(versions: list[str]) -> None:
+    """Put pyenv's interpreters of ``versions`` that do not run as ``pythonX.Y`` first on
+    PATH: pyenv's shims answer only for its active versions, and uv would rather download
+    an interpreter than skip a shim."""
+    root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    found = []
+    for version in versions:
+        exe = shutil.which(f"python{version}")
+        if (
+            exe
+            and subprocess.run([exe, "-c", ""], capture_output=True, check=False).returncode == 0
+        ):
+            continue
+        candidates = sorted(root.glob(f"{version}.*/bin"))
+        if candidates:
+            found.append(str(candidates[-1]))
+    if found:
+        os.environ["PATH"] = os.pathsep.join([*found, os.environ.get("PATH", "")])
+
+
+_interpreters_on_path(DJANGO_PYTHONS)
+
+
+@nox.session(python=DJANGO_PYTHONS, default=False)
 def django(session: nox.Session) -> None:
     """Django's own test runner on the test project (tests/integration/frameworks/
     test_django.py) on both supported Django lines: Python 3.11 resolves Django 5.2 with the
