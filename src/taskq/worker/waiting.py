@@ -12,7 +12,10 @@
   parks in one statement), no attempt counted and no ``job_attempts`` row, the primitive
   recorded in ``waiting_on``;
 - a released reservation or queue-cap slot wakes one job parked on it
-  (:meth:`taskq.worker.resources.Limits.wake`).
+  (:meth:`taskq.worker.resources.Limits.wake`); a static reservation's slot is instead
+  *kept* by the worker whose job ended and handed to the next job it claims
+  (:meth:`Gatekeeper.keep`, :meth:`Gatekeeper.plan_hand_over`), or released with a
+  NOTIFY that wakes the other workers.
 
 A park is no attempt, so it makes no ``process`` span: each admission is an ``admit``
 span and each written park a ``taskq.job.throttled.duration`` point
