@@ -17,7 +17,7 @@ from starlette.routing import Route
 from taskq.constants import JOB_STATUSES
 from taskq.job_filter import JobFilter
 from taskq.ops.results import JobCount
-from taskq.ops.stats import ActorStats
+from taskq.ops.stats import SAMPLE_LIMIT, THROUGHPUT_LIMIT, ActorStats, actor_sample_size
 from taskq.ui import inputs
 from taskq.ui.app import admin_of
 from taskq.ui.inputs import BadInput
@@ -75,6 +75,9 @@ async def overview(request: Request) -> Response:
         chart=_chart(throughput.succeeded, throughput.failed),
         workers=workers,
         leaders=[w for w in workers if w.leader],
+        throughput_cap=THROUGHPUT_LIMIT
+        if admin.engine.dialect.name == "postgresql"
+        else SAMPLE_LIMIT,
         holding=holding,
     )
 
@@ -226,10 +229,10 @@ async def actors_page(request: Request) -> Response:
     label, window = inputs.window(request.query_params)
     rows = await admin.tq.actors.list()
     schedules = await admin.stats.schedule_counts()
-    stats_by_actor = await admin.cached(
-        ("actors-stats", label), lambda: admin.stats.actors_stats(window)
-    )
     names = [row.actor for row in rows]
+    stats_by_actor = await admin.cached(
+        ("actors-stats", label, tuple(names)), lambda: admin.stats.actors_stats(window, names)
+    )
 
     async def active() -> list[JobCount]:
         keys = [(ACTIVE, None, name) for name in names]
@@ -247,7 +250,13 @@ async def actors_page(request: Request) -> Response:
         for row, count in zip(rows, counts, strict=True)
     ]
     return await admin.render(
-        request, "actors.html", page="actors", actors=out, window=label, windows=inputs.WINDOWS
+        request,
+        "actors.html",
+        page="actors",
+        actors=out,
+        window=label,
+        windows=inputs.WINDOWS,
+        sample=actor_sample_size(len(names)),
     )
 
 

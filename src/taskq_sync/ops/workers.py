@@ -83,7 +83,6 @@ class WorkersClient:
                 .mappings()
                 .all()
             )
-            running = {r[0]: int(r[1]) for r in conn.execute(q.running_by_worker()).all()}
             leases: dict[UUID, list[str]] = {}
             for name, holder in conn.execute(q.held_leader_leases(dialect)).all():
                 leases.setdefault(holder, []).append(str(name))
@@ -100,7 +99,7 @@ class WorkersClient:
                 last_heartbeat_at=r["last_heartbeat_at"],
                 stopped_at=r["stopped_at"],
                 heartbeat_age_s=max((r["now"] - r["last_heartbeat_at"]).total_seconds(), 0.0),
-                running_jobs=running.get(r["id"], 0),
+                running_jobs=int(r["running_jobs"]),
                 leader_of=sorted(leases.get(r["id"], [])),
             )
             for r in rows
