@@ -13,10 +13,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from benchmarks.ui import fill
 from sqlalchemy import text
 from sqlalchemy.engine import URL
 
-from benchmarks.ui import fill
 from taskq.db.engine import make_engine
 from taskq.db.queries import admin as qa
 from taskq.db.queries import fleet
@@ -58,10 +58,12 @@ FILTERS = {
 def _statements(now: datetime) -> dict[str, Any]:
     hour = now - timedelta(hours=1)
     out: dict[str, Any] = {}
-    overview = [((status,), queue, None) for queue in QUEUES for status in ACTIVE]
-    out["overview counts (33, one statement)"] = qa.active_counts(overview, OVERVIEW_CAP)
-    actors = [(ACTIVE, None, actor) for actor in ACTORS]
-    out["actors active counts (50, one statement)"] = qa.active_counts(actors, OVERVIEW_CAP)
+    overview = [(queue, status) for queue in QUEUES for status in ACTIVE]
+    out["overview counts (33, one statement)"] = qa.active_counts("queue", overview, OVERVIEW_CAP)
+    actors = [(actor, status) for actor in ACTORS for status in ACTIVE]
+    out["actors active counts (150, one statement)"] = qa.active_counts(
+        "actor", actors, OVERVIEW_CAP
+    )
     out["throughput last hour"] = qa.throughput_buckets(hour, 300.0, THROUGHPUT_LIMIT)
     out["drain rate of a queue"] = qa.finished_count(hour, "q3", 10_000)
     out["actor stats 1h"] = qa.actor_recent("actor_7", hour, 10_000)

@@ -204,17 +204,39 @@ def active_count(
     return select(func.count()).select_from(inner.subquery("active"))
 
 
-def active_counts(
-    keys: Sequence[tuple[tuple[str, ...], str | None, str | None]], cap: int
-) -> Select[Any]:
-    """:func:`active_count` for each ``(statuses, queue, actor)`` as the columns of one
-    row (one statement, one round trip, however many counts a page shows)."""
-    return select(
-        *(
-            active_count(statuses, cap, queue=queue, actor=actor).scalar_subquery().label(f"c{i}")
-            for i, (statuses, queue, actor) in enumerate(keys)
+def active_counts(column: str, pairs: Sequence[tuple[str, str]], cap: int) -> Select[Any]:
+    """Postgres: ``(value, status, n)`` for each ``(value, status)`` of ``pairs``: how
+    many jobs have ``column`` (``"queue"`` or ``"actor"``) = value in that status,
+    counting at most ``cap + 1``.
+
+    One statement, planned once, however many counts a page shows: each pair is an
+    index-only range of ``ix_jobs_queue_active`` (queue, status; active rows) or
+    ``ix_jobs_actor_status`` (actor, status) that stops at the cap (one status per range,
+    so the walk is in index order and the ``LIMIT`` ends it)."""
+    statuses = sorted({status for _value, status in pairs})
+    keys = (
+        func.unnest(
+            bindparam("b_values", [v for v, _s in pairs], type_=ARRAY(String())),
+            bindparam("b_statuses", [st for _v, st in pairs], type_=ARRAY(String())),
         )
+        .table_valued("value", "status")
+        .render_derived(name="k")
     )
+    # The literal status list lets the planner prove a partial index's predicate (the
+    # lateral's status is only known per row).
+    inner = (
+        select(jobs.c.status)
+        .where(
+            jobs.c[column] == keys.c.value,
+            jobs.c.status == keys.c.status,
+            jobs.c.status.in_([bindparam(None, st) for st in statuses]),
+        )
+        .limit(cap + 1)
+        .correlate(keys)
+        .subquery("matching")
+    )
+    counted = select(func.count().label("n")).select_from(inner).lateral("counted")
+    return select(keys.c.value, keys.c.status, counted.c.n).select_from(keys.join(counted, true()))
 
 
 def children_of(job_id: UUID, limit: int) -> Select[Any]:
