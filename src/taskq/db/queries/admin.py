@@ -108,7 +108,7 @@ def throughput_buckets(since: datetime, width_s: float, cap: int) -> Select[Any]
         .limit(cap)
         .subquery("recent")
     )
-    offset = func.extract("epoch", recent.c.finished_at - start)
+    offset = func.date_part("epoch", recent.c.finished_at - start)
     bucket = func.floor(offset / bindparam("b_width", width_s, type_=Float())).label("bucket")
     return select(bucket, recent.c.status, func.count()).group_by(bucket, recent.c.status)
 
@@ -133,7 +133,7 @@ def actors_window(actors: Sequence[str], since: datetime, per_actor: int) -> Sel
             jobs.c.status,
             jobs.c.error_class,
             jobs.c.finished_at,
-            func.extract("epoch", jobs.c.finished_at - jobs.c.started_at).label("duration_s"),
+            func.date_part("epoch", jobs.c.finished_at - jobs.c.started_at).label("duration_s"),
         )
         .where(
             jobs.c.actor == names.c.actor,
