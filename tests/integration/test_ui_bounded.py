@@ -118,3 +118,42 @@ async def test_actors_page_marks_estimated_counts(
     assert "≈" in sampled
     assert "≈" not in exact
     assert ">2<" in exact
+
+
+async def test_workers_page_lists_live_workers_and_the_newest_stopped_ones(
+    engine: AsyncEngine, settings: TaskQSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import uuid
+
+    from sqlalchemy import insert
+
+    import taskq.ui.pages as pages
+    from taskq.db.tables import workers
+
+    monkeypatch.setattr(pages, "STOPPED_SHOWN", 2)
+    base = datetime.now(UTC) - timedelta(hours=1)
+    rows = [
+        {
+            "id": uuid.uuid4(),
+            "hostname": f"host-{n}",
+            "pid": 100 + n,
+            "queues": ["default"],
+            "concurrency": 5,
+            "status": "running" if n == 0 else "stopped",
+            "started_at": base + timedelta(minutes=n),
+            "last_heartbeat_at": base + timedelta(minutes=n),
+        }
+        for n in range(5)
+    ]
+    async with engine.begin() as conn:
+        await conn.execute(insert(workers), rows)
+    await s.seed(engine, 2, status="running", locked_by=rows[0]["id"])
+    async with ui_client(engine, settings) as ui:
+        live = await ui.get("/workers")
+        everyone = await ui.get("/workers?stopped=1")
+    assert [h for h in ("host-0", "host-1", "host-4") if h in live.text] == ["host-0"]
+    shown = [f"host-{n}" for n in range(5) if f"host-{n}</td>" in everyone.text]
+    assert shown == ["host-0", "host-3", "host-4"]  # live, then the newest 2 stopped
+    assert "the newest 2 stopped workers are listed" in everyone.text
+    row = live.text.split("host-0</td>", 1)[1].split("</tr>", 1)[0]
+    assert "<td>5</td><td>running</td><td>2</td>" in row  # concurrency, status, running jobs

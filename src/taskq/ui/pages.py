@@ -33,6 +33,8 @@ LIST_CAP = 1_000
 """Where the jobs page's "N matching" stops counting."""
 CONFIRM_CAP = 100_000
 """Where the confirmation page's count stops counting."""
+STOPPED_SHOWN = 100
+"""How many stopped workers the workers page lists (the newest; live ones always)."""
 
 
 async def _view(request: Request) -> None:
@@ -289,13 +291,14 @@ async def workers_page(request: Request) -> Response:
     await _view(request)
     admin = admin_of(request)
     include = inputs.parse_bool(request.query_params, "stopped")
-    workers = await admin.workers.list(include_stopped=include)
+    workers = await admin.workers.list(include_stopped=include, stopped_limit=STOPPED_SHOWN)
     return await admin.render(
         request,
         "workers.html",
         page="workers",
         workers=workers,
         include_stopped=include,
+        stopped_shown=STOPPED_SHOWN,
         refresh=REFRESH_S,
     )
 
