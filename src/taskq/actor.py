@@ -86,8 +86,11 @@ def validate_actor_name(name: object) -> str:
 class ActorRef(Generic[P, R]):
     """A declared actor: its handler, its types and its options.
 
-    Pass it to ``JobsClient.enqueue`` to queue a job. Calling it (``await ref(payload,
-    ...)``) runs the handler in-process, bypassing the queue: for tests and simulators.
+    Pass it to ``JobsClient.enqueue`` (``taskq`` or ``taskq_sync``) to queue a job. Calling
+    it (``await ref(payload, ...)``; from blocking code ``asyncio.run(ref(payload, ...))``,
+    a ``def`` actor included) runs the handler in-process, bypassing the queue: for tests
+    and simulators. The same object serves both packages: ``taskq_sync.ActorRef`` is this
+    class.
     """
 
     name: str
@@ -281,7 +284,8 @@ class ActorRef(Generic[P, R]):
         return cast("R", await self.fn(*args, **deps))
 
     async def __call__(self, payload: P, *args: Any, **kwargs: Any) -> R:
-        """Direct in-process invocation: ``await ref(payload)`` or ``await ref(payload, ctx, **deps)``.
+        """Direct in-process invocation: ``await ref(payload)`` or ``await ref(payload, ctx, **deps)``
+        (``asyncio.run(ref(payload))`` from blocking code).
 
         ``TypeError`` when ``ctx`` is given to a handler without one, omitted for a handler
         that declares one, or a DI keyword is missing or unknown.
