@@ -360,9 +360,30 @@ def actor(
 ) -> ActorRef[Any, Any] | Callable[[Callable[..., Any]], ActorRef[Any, Any]]:
     """Declare a job handler. Plain (``@actor``) or parameterised (``@actor(queue=...)``).
 
-    Returns an :class:`ActorRef` carrying the payload and result types. Every option is
-    described in docs/actors.md; all are validated here (``TypeError`` for a wrong type,
-    ``ValueError`` for an out-of-range value).
+    The handler takes a pydantic payload model, optionally a ``JobContext`` second, and
+    any other parameter is a dependency resolved by its annotated class from the worker's
+    DI registry; it returns a pydantic model or ``None``,
+    ``async def`` or plain ``def`` (run on a worker thread). Returns an
+    :class:`ActorRef` carrying the payload and result types. The options, all keywords,
+    all validated here (``TypeError`` for a wrong type, ``ValueError`` for an
+    out-of-range value):
+
+    - ``name`` (the function's qualified name), ``queue`` (``"default"``), ``priority``
+      (``0``, higher first): where and in what order its jobs run.
+    - ``retry`` (a ``RetryPolicy``: 3 attempts, exponential backoff from 5 s),
+      ``non_retryable_exceptions``, ``retry_classifier``, ``start_to_close`` (the
+      per-attempt timeout): what a failure does.
+    - ``singleton``, ``unique_for`` with ``unique_states``, ``max_pending``: what an
+      enqueue refuses or deduplicates.
+    - ``max_concurrent`` (fleet-wide, best effort), ``rate_limits`` and
+      ``reservations`` (``taskq.ratelimit`` primitives or their names).
+    - ``result_ttl``, ``metadata``; ``schedules`` (``Schedule`` values: periodic jobs).
+    - ``on_success``, ``on_retry_exhausted``, ``on_cancel`` hooks, each with a
+      ``*_timeout`` (3 s).
+
+    ``max_concurrent``, ``max_pending`` and ``result_ttl`` only seed the stored
+    ``actor_config`` row, which operators then own. The documentation's Actors page
+    (``docs/actors.md``) has every option's type, default and rules.
     """
     caller = sys._getframe(1)
     localns = dict(caller.f_locals)
