@@ -43,6 +43,7 @@ from pydantic import BaseModel
 
 from examples.actors import runner
 from taskq import JobFilter, Schedule, TaskQ, actor
+from taskq.cron import MissedPolicy
 from taskq.cron.client import SchedulesClient
 from taskq.cron.records import ScheduleRecord
 from taskq.exceptions import ScheduleNotFoundError
@@ -52,7 +53,7 @@ from taskq.testing.clock import FakeClock
 QUEUE = "examples.cron"
 HEARTBEAT = "examples-cron-heartbeat"
 REFRESH = "examples-cron-refresh"
-NIGHTLY = {
+NIGHTLY: dict[MissedPolicy, str] = {
     "latest": "examples-cron-nightly-latest",
     "all": "examples-cron-nightly-all",
     "skip": "examples-cron-nightly-skip",
@@ -145,7 +146,7 @@ async def enqueue(tq: TaskQ) -> Iterable[UUID]:
                 cron=f"{last.minute} {last.hour} * * *",
                 id=schedule_id,
                 payload=Rollup(scope=policy),
-                missed=policy,  # type: ignore[arg-type]  # one of the three policies
+                missed=policy,
                 max_catchup=3,
             ),
         )
