@@ -11,7 +11,7 @@
   and finishes on the next worker.
 - ``sync_inventory``, on its own queue ``fleet.inventory``: the job of the every-second
   schedule ``INVENTORY_SCHEDULE`` that an operator stores during the demo. Its
-  ``max_pending=4`` is the schedule's backlog budget (a tick beyond it is refused), and the
+  ``max_pending=6`` is the schedule's backlog budget (a tick beyond it is refused), and the
   schedule's ``missed="all", max_catchup=2`` its catch-up budget (after an outage, the
   two most recent missed ticks run, the rest are dropped).
 """
@@ -90,8 +90,9 @@ async def migrate_tenant(payload: Tenant, ctx: JobContext[Tenant]) -> Done:
 
 
 INVENTORY_QUEUE = "fleet.inventory"
-INVENTORY_BACKLOG = 4
-"""``sync_inventory``'s ``max_pending``: how many of its jobs may wait at once."""
+INVENTORY_BACKLOG = 6
+"""``sync_inventory``'s ``max_pending``: how many of its jobs may wait at once. Room for
+the two catch-up jobs after the deploy, beside the ticks the stopping worker enqueued."""
 
 
 class Inventory(BaseModel):

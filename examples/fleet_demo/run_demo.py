@@ -18,7 +18,7 @@ the worker process writes, shortened) and from the store (``store: ...``):
    the queue ``fleet.inventory``, then stores the every-second schedule
    ``fleet-inventory-sync`` (``tq.schedules.create``). Worker A picks it up within a
    second and ticks it (``cron-tick-enqueued``). Nothing runs on the paused queue, and
-   ``fleet_sync_inventory``'s ``max_pending=4`` is the schedule's backlog budget: four
+   ``fleet_sync_inventory``'s ``max_pending=6`` is the schedule's backlog budget: six
    jobs wait, and every later tick is refused (``cron-tick-refused reason=max_pending``),
    recorded on the schedule and dropped, never retried. The operator resumes the queue:
    the backlog runs and the ticks enqueue again.

@@ -86,12 +86,12 @@ def test_run_demo(engine_url: str | URL, tmp_path: Path) -> None:
         "== act 3: cron budgets ==",
         "operator: the warehouse API is down for maintenance: pause queue fleet.inventory",
         "operator: schedule fleet_sync_inventory every second as fleet-inventory-sync "
-        "(missed='all', max_catchup=2); the actor allows max_pending=4",
-        *["[worker A] cron-tick-enqueued: fleet-inventory-sync tick="] * 4,
+        "(missed='all', max_catchup=2); the actor allows max_pending=6",
+        *["[worker A] cron-tick-enqueued: fleet-inventory-sync tick="] * 6,
         *["[worker A] cron-tick-refused: fleet-inventory-sync tick="] * 2,
-        "store: fleet-inventory-sync enqueued=4 refused=",
+        "store: fleet-inventory-sync enqueued=6 refused=",
         "operator: maintenance is over: resume queue fleet.inventory",
-        *["[worker A] job-finished: fleet_sync_inventory attempt=1 outcome=succeeded"] * 4,
+        *["[worker A] job-finished: fleet_sync_inventory attempt=1 outcome=succeeded"] * 6,
         "[worker A] cron-tick-enqueued: fleet-inventory-sync tick=",
         "store: fleet-inventory-sync last_outcome=enqueued, enqueued=",
         "== act 4: a SIGTERM deploy ==",
@@ -114,11 +114,11 @@ def test_run_demo(engine_url: str | URL, tmp_path: Path) -> None:
         "operator: disable schedule fleet-inventory-sync (it stays stored",
         "demo: worker B exited with code 0",
     )
-    # Act 3: four jobs filled the backlog budget of the paused queue, so the ticks after
+    # Act 3: six jobs filled the backlog budget of the paused queue, so the ticks after
     # them were refused, by worker A alone (no refusal after the resume).
     store = re.search(
-        r"^store: fleet-inventory-sync enqueued=4 refused=(\d+) "
-        r"last_outcome=refused:max_pending; 4 jobs pending on the paused queue$",
+        r"^store: fleet-inventory-sync enqueued=6 refused=(\d+) "
+        r"last_outcome=refused:max_pending; 6 jobs pending on the paused queue$",
         out,
         re.M,
     )
