@@ -78,35 +78,75 @@ _NO_SPAN: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
 _RX = "_otel_receive"
 """The row key under which a claimed row carries its receive span's context."""
 
-if trace is not None:
+_tracer: Any = None
+_completed: Any = None
+_reclaimed: Any = None
+_consumed: Any = None
+_process: Any = None
+_retries: Any = None
+_latency: Any = None
+_throttled: Any = None
+_EMPTY: Any = context.Context() if trace is not None else None
+"""The empty context: the parent of a span that starts a trace (no ``get_current`` call)."""
+_CACHE_MAX = 1024
+"""Attribute dicts cached per key (queue, actor, error class): all bounded values, but a
+cache never grows past this (what is not cached is built per call, as before)."""
+
+
+def _cached(cache: dict[Any, Any], key: Any, build: Callable[[], Any]) -> Any:
+    value = cache.get(key)
+    if value is None:
+        value = build()
+        if len(cache) < _CACHE_MAX:
+            cache[key] = value
+    return value
+
+
+def _bind_tracer() -> None:
+    global _tracer
     _tracer = trace.get_tracer("taskq.worker")
-    _meter = metrics.get_meter("taskq.worker")
-    _completed = _meter.create_counter("taskq.jobs.completed", description="Attempts ended")
-    _reclaimed = _meter.create_counter("taskq.jobs.reclaimed", description="Expired leases swept")
-    _consumed = _meter.create_counter(
+
+
+def _instruments() -> None:
+    """Make (or, once an SDK is installed, fetch again) the synchronous instruments (and,
+    :func:`_bind_tracer`, the tracer). Until an SDK is installed OpenTelemetry hands out proxies, each call
+    then delegating to the real one; once it is, the real ones are used directly."""
+    global _completed, _reclaimed, _consumed, _process, _retries, _latency, _throttled
+    meter = metrics.get_meter("taskq.worker")
+    _completed = meter.create_counter("taskq.jobs.completed", description="Attempts ended")
+    _reclaimed = meter.create_counter("taskq.jobs.reclaimed", description="Expired leases swept")
+    _consumed = meter.create_counter(
         "messaging.client.consumed.messages", unit="{message}", description="Jobs claimed"
     )
-    _process = _meter.create_histogram(
+    _process = meter.create_histogram(
         "messaging.process.duration",
         unit="s",
         description="Duration of one attempt",
         explicit_bucket_boundaries_advisory=sc.DURATION_BUCKETS,
     )
-    _retries = _meter.create_counter(
+    _retries = meter.create_counter(
         "taskq.job.retries", unit="{retry}", description="Attempts that ended in a retry"
     )
-    _latency = _meter.create_histogram(
+    _latency = meter.create_histogram(
         "taskq.job.queue_latency",
         unit="s",
         description="Time a ready job waited for a worker (from its scheduled time to its claim)",
         explicit_bucket_boundaries_advisory=sc.DURATION_BUCKETS,
     )
-    _throttled = _meter.create_histogram(
+    _throttled = meter.create_histogram(
         "taskq.job.throttled.duration",
         unit="s",
         description="Time a job is put back for because a limit denied it",
         explicit_bucket_boundaries_advisory=sc.DURATION_BUCKETS,
     )
+
+
+if trace is not None:
+    _bind_tracer()
+    _instruments()
+    _meter = metrics.get_meter("taskq.worker")
+    tracing_on.when_on(_bind_tracer)
+    metrics_on.when_on(_instruments)
 
     def _observe_depth(options: metrics.CallbackOptions) -> Iterator[metrics.Observation]:
         for (queue, status), count in list(_depth.items()):
@@ -143,17 +183,20 @@ def claim_started() -> int:
 
 
 def record_received(queues: Sequence[str], rows: Sequence[dict[str, Any]], started_ns: int) -> None:
-    """The ``receive`` span and metrics of one claim of ``rows`` (none when it was empty)."""
+    """The ``receive`` span and metrics of one claim of ``rows`` (none when it was empty):
+    one span, one ``add`` and one operation point per queue, and the one per-job cost, a
+    ``taskq.job.queue_latency`` point per row, recorded here in one loop."""
     if not started_ns or not rows:
         return
-    by_queue = Counter(str(row["queue"]) for row in rows)
+    first = str(rows[0]["queue"])
+    by_queue = Counter(str(row["queue"]) for row in rows) if len(rows) > 1 else {first: 1}
     if tracing_on():
         names = set(by_queue) if by_queue else set(queues)
-        one = next(iter(names)) if len(names) == 1 else None
-        attributes = sc.span_attributes("receive", one)
-        attributes[sc.BATCH_COUNT] = len(rows)
+        one = first if len(names) == 1 else None
+        attributes = {**_span_base("receive", one), sc.BATCH_COUNT: len(rows)}
         span = _tracer.start_span(
             sc.span_name("receive", names),
+            context=_EMPTY,
             kind=SpanKind.CLIENT,
             start_time=started_ns,
             attributes=attributes,
@@ -166,60 +209,128 @@ def record_received(queues: Sequence[str], rows: Sequence[dict[str, Any]], start
         seconds = (time.time_ns() - started_ns) / 1e9
         now = datetime.now(UTC)
         for queue, n in by_queue.items():
-            _consumed.add(n, sc.metric_attributes("receive", queue))
+            _consumed.add(n, _metric_base("receive", queue))
             record_operation("receive", queue, seconds)
         for row in rows:
             ready: datetime | None = row.get("scheduled_at")
             if ready is not None:
-                waited = max(0.0, (now - ready).total_seconds())
-                _latency.record(waited, {"actor": row["actor"], "queue": row["queue"]})
+                waited = (now - ready).total_seconds()
+                actor, queue = row["actor"], row["queue"]
+                point = _LATENCY.get((actor, queue)) or _latency_point(actor, queue)
+                _latency.record(waited if waited > 0.0 else 0.0, point)
+
+
+_SPANS: dict[tuple[str, str | None], dict[str, str | int | bool]] = {}
+_METRICS: dict[tuple[str, str | None], dict[str, str]] = {}
+_LATENCY: dict[tuple[str, str], dict[str, str]] = {}
+_PROCESS: dict[tuple[str, str], tuple[str, dict[str, str | int | bool]]] = {}
+_POINTS: dict[tuple[str, str, str | None], dict[str, str]] = {}
+
+
+def _latency_point(actor: str, queue: str) -> dict[str, str]:
+    point: dict[str, str] = _cached(
+        _LATENCY, (actor, queue), lambda: {"actor": actor, "queue": queue}
+    )
+    return point
+
+
+def _span_base(operation: str, queue: str | None) -> dict[str, str | int | bool]:
+    """The messaging attributes of a span (shared: copy before adding to it)."""
+    key = (operation, queue)
+    found = _SPANS.get(key)
+    if found is None:
+        found = _cached(_SPANS, key, lambda: sc.span_attributes(operation, queue))
+    return found
+
+
+def _metric_base(operation: str, queue: str | None) -> dict[str, str]:
+    """The attributes of a ``messaging.client.*`` point (shared, never mutated)."""
+    key = (operation, queue)
+    found = _METRICS.get(key)
+    if found is None:
+        found = _cached(_METRICS, key, lambda: sc.metric_attributes(operation, queue))
+    return found
 
 
 # -- process ------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def process_span(row: dict[str, Any], actor: str, *, link: bool = False) -> Iterator[Any]:
+def process_span(
+    row: dict[str, Any], actor: str, *, link: bool = False
+) -> contextlib.AbstractContextManager[Any]:
     """The ``process {queue}`` span of one attempt, current while it runs (``None`` when
     tracing is off). ``link``: a new trace linked to the creation context, not its child."""
     if not tracing_on():
-        yield None  # no SDK configured: skip even OpenTelemetry's no-op span machinery
-        return
-    carrier = row.get("trace_context")
-    creation = extract(carrier) if carrier else context.Context()
-    links = []
-    receive = row.get(_RX)
-    if receive is not None:
-        links.append(Link(receive))
-    base = creation
-    if link:
-        created = trace.get_current_span(creation).get_span_context()
-        if created.is_valid:
-            links.append(Link(created, {"taskq.link": "creation"}))
-        base = context.Context()
-        for key, value in baggage.get_all(creation).items():
-            base = baggage.set_baggage(key, value, base)
-    queue = str(row.get("queue"))
-    attributes = sc.span_attributes("process", queue)
-    attributes[sc.MESSAGE_ID] = str(row["id"])
-    attributes["taskq.actor"] = actor
-    attributes["taskq.attempt"] = int(row["attempt"])
-    # The stored baggage is current for the actor; a job that stored nothing skips it.
-    token = context.attach(base) if carrier else None
-    try:
-        with _tracer.start_as_current_span(
-            sc.span_name("process", queue),
+        return _NO_SPAN  # no SDK configured: skip even OpenTelemetry's no-op span machinery
+    return _ProcessSpan(row, actor, link)
+
+
+def _process_base(queue: str, actor: str) -> tuple[str, dict[str, str | int | bool]]:
+    """The span name and the attributes every attempt of ``actor`` on ``queue`` shares."""
+    key = (queue, actor)
+    found = _PROCESS.get(key)
+    if found is None:
+        found = _cached(
+            _PROCESS,
+            key,
+            lambda: (
+                sc.span_name("process", queue),
+                {**sc.span_attributes("process", queue), "taskq.actor": actor},
+            ),
+        )
+    return found
+
+
+class _ProcessSpan:
+    """The process span's context manager: a class, not a generator (one object per
+    attempt), entering one context (the span's, over the creation context's baggage)."""
+
+    __slots__ = ("_actor", "_link", "_row", "_span", "_token")
+
+    def __init__(self, row: dict[str, Any], actor: str, link: bool) -> None:
+        self._row = row
+        self._actor = actor
+        self._link = link
+        self._span: Any = None
+        self._token: Any = None
+
+    def __enter__(self) -> Any:
+        row = self._row
+        name, shared = _process_base(str(row["queue"]), self._actor)
+        attributes = {
+            **shared,
+            sc.MESSAGE_ID: str(row["id"]),
+            "taskq.attempt": int(row["attempt"]),
+        }
+        receive = row.get(_RX)
+        links = [Link(receive)] if receive is not None else []
+        carrier = row.get("trace_context")
+        # A job stored without a trace context starts a trace: no propagator call.
+        base = extract(carrier) if carrier else _EMPTY
+        if carrier and self._link:
+            created = trace.get_current_span(base).get_span_context()
+            if created.is_valid:
+                links.append(Link(created, {"taskq.link": "creation"}))
+            creation, base = base, _EMPTY
+            for key, value in baggage.get_all(creation).items():
+                base = baggage.set_baggage(key, value, base)
+        span = self._span = _tracer.start_span(
+            name,
             context=base,
             kind=SpanKind.CONSUMER,
             attributes=attributes,
             links=links,
             record_exception=False,
             set_status_on_exception=False,
-        ) as span:
-            yield span
-    finally:
-        if token is not None:
-            context.detach(token)
+        )
+        # Current for the actor (its spans are children, its log lines carry the ids),
+        # with the stored baggage: one attach.
+        self._token = context.attach(trace.set_span_in_context(span, base))
+        return span
+
+    def __exit__(self, *exc: object) -> None:
+        context.detach(self._token)
+        self._span.end()
 
 
 _ERROR_KINDS = frozenset({"failed", "retry", "release"})
@@ -329,17 +440,22 @@ def record_parked(parks: Iterable[tuple[Any, str, float]]) -> None:
 def record_attempt(job: Any, outcome: Any, seconds: float) -> None:
     """``messaging.process.duration`` of one ended attempt (with its actor and, for a
     failed one, ``error.type``). The counts (``taskq.jobs.completed``, retries) are
-    added per settled batch (:func:`settle_span`): one histogram point per attempt is
-    the whole per-job metric cost."""
+    added per settled batch (:func:`settle_span`): this point and the queue latency's are
+    the whole per-job metric cost, one SDK call each with a cached attribute dict."""
     if not metrics_on():
         return
-    attributes = sc.metric_attributes(
-        "process",
-        job.row["queue"],
-        outcome.error_class if outcome.kind in _ERROR_KINDS else None,
-    )
-    attributes["taskq.actor"] = job.ref.name
+    error = outcome.error_class if outcome.kind in _ERROR_KINDS else None
+    key = (job.row["queue"], job.ref.name, error)
+    attributes = _POINTS.get(key)
+    if attributes is None:
+        attributes = _cached(_POINTS, key, lambda: _process_point(*key))
     _process.record(seconds, attributes)
+
+
+def _process_point(queue: str, actor: str, error: str | None) -> dict[str, str]:
+    attributes = sc.metric_attributes("process", queue, error)
+    attributes["taskq.actor"] = actor
+    return attributes
 
 
 def _count_settled(outcomes: Sequence[Any]) -> None:
@@ -367,28 +483,40 @@ def settle_span(outcomes: Sequence[Any]) -> contextlib.AbstractContextManager[An
     return _settle_span(outcomes)
 
 
+_SETTLE_LINKS = 128
+"""A settle span links to at most this many of the attempts it writes (the first ones)."""
+
+
 @contextlib.contextmanager
 def _settle_span(outcomes: Sequence[Any]) -> Iterator[Any]:
-    queues = {str(o.job.row["queue"]) for o in outcomes}
-    one = next(iter(queues)) if len(queues) == 1 else None
+    first = str(outcomes[0].job.row["queue"])
+    queues = {str(o.job.row["queue"]) for o in outcomes} if len(outcomes) > 1 else {first}
+    one = first if len(queues) == 1 else None
     started = time.perf_counter()
     if tracing_on():
-        attributes = sc.span_attributes("settle", one)
+        attributes = dict(_span_base("settle", one))
         if len(outcomes) == 1:
             attributes[sc.MESSAGE_ID] = str(outcomes[0].job.id)
         else:
             attributes[sc.BATCH_COUNT] = len(outcomes)
-        links = [
-            Link(o.job.span.get_span_context()) for o in outcomes[:128] if o.job.span is not None
-        ]
-        with _tracer.start_as_current_span(
+        # Links to the attempts' process spans, those that were sampled (a link to one
+        # that was not would point at nothing).
+        links = []
+        for outcome in outcomes[:_SETTLE_LINKS]:
+            span = outcome.job.span
+            if span is not None:
+                linked = span.get_span_context()
+                if linked.trace_flags.sampled:
+                    links.append(Link(linked))
+        settle = _tracer.start_span(
             sc.span_name("settle", queues),
-            context=context.Context(),
+            context=_EMPTY,
             kind=SpanKind.CLIENT,
             attributes=attributes,
             links=links,
-        ) as span:
-            yield span
+        )
+        with trace.use_span(settle, end_on_exit=True):
+            yield settle
     else:
         yield None
     # Counted once written: a write that raised is retried, and counted then.
