@@ -50,7 +50,6 @@ __all__ = [
     "mark_span",
     "process_span",
     "publish_queue_depth",
-    "record_attempt",
     "record_exception",
     "record_received",
     "record_reclaimed",
@@ -93,10 +92,11 @@ _CACHE_MAX = 1024
 cache never grows past this (what is not cached is built per call, as before)."""
 
 
-def _cached(cache: dict[Any, Any], key: Any, build: Callable[[], Any]) -> Any:
+def _cached(cache: dict[Any, Any], key: tuple[Any, ...], build: Callable[..., Any]) -> Any:
+    """``cache[key]``, made by ``build(*key)`` the first time."""
     value = cache.get(key)
     if value is None:
-        value = build()
+        value = build(*key)
         if len(cache) < _CACHE_MAX:
             cache[key] = value
     return value
@@ -229,7 +229,7 @@ _POINTS: dict[tuple[str, str, str | None], dict[str, str]] = {}
 
 def _latency_point(actor: str, queue: str) -> dict[str, str]:
     point: dict[str, str] = _cached(
-        _LATENCY, (actor, queue), lambda: {"actor": actor, "queue": queue}
+        _LATENCY, (actor, queue), lambda a, q: {"actor": a, "queue": q}
     )
     return point
 
@@ -239,7 +239,7 @@ def _span_base(operation: str, queue: str | None) -> dict[str, str | int | bool]
     key = (operation, queue)
     found = _SPANS.get(key)
     if found is None:
-        found = _cached(_SPANS, key, lambda: sc.span_attributes(operation, queue))
+        found = _cached(_SPANS, key, sc.span_attributes)
     return found
 
 
@@ -248,7 +248,7 @@ def _metric_base(operation: str, queue: str | None) -> dict[str, str]:
     key = (operation, queue)
     found = _METRICS.get(key)
     if found is None:
-        found = _cached(_METRICS, key, lambda: sc.metric_attributes(operation, queue))
+        found = _cached(_METRICS, key, sc.metric_attributes)
     return found
 
 
@@ -273,9 +273,9 @@ def _process_base(queue: str, actor: str) -> tuple[str, dict[str, str | int | bo
         found = _cached(
             _PROCESS,
             key,
-            lambda: (
-                sc.span_name("process", queue),
-                {**sc.span_attributes("process", queue), "taskq.actor": actor},
+            lambda q, a: (
+                sc.span_name("process", q),
+                {**sc.span_attributes("process", q), "taskq.actor": a},
             ),
         )
     return found
@@ -297,13 +297,9 @@ class _ProcessSpan:
     def __enter__(self) -> Any:
         row = self._row
         name, shared = _process_base(str(row["queue"]), self._actor)
-        attributes = {
-            **shared,
-            sc.MESSAGE_ID: str(row["id"]),
-            "taskq.attempt": int(row["attempt"]),
-        }
         receive = row.get(_RX)
-        links = [Link(receive)] if receive is not None else []
+        # A link to a receive span that was not sampled would point at nothing.
+        links = [Link(receive)] if receive is not None and receive.trace_flags.sampled else []
         carrier = row.get("trace_context")
         # A job stored without a trace context starts a trace: no propagator call.
         base = extract(carrier) if carrier else _EMPTY
@@ -314,15 +310,21 @@ class _ProcessSpan:
             creation, base = base, _EMPTY
             for key, value in baggage.get_all(creation).items():
                 base = baggage.set_baggage(key, value, base)
+        # The sampler sees the messaging attributes (the conventions' sampling-relevant
+        # ones, a cached dict); the job's own are added only to a span that records.
         span = self._span = _tracer.start_span(
             name,
             context=base,
             kind=SpanKind.CONSUMER,
-            attributes=attributes,
+            attributes=shared,
             links=links,
             record_exception=False,
             set_status_on_exception=False,
         )
+        if span.is_recording():
+            span.set_attributes(
+                {sc.MESSAGE_ID: str(row["id"]), "taskq.attempt": int(row["attempt"])}
+            )
         # Current for the actor (its spans are children, its log lines carry the ids),
         # with the stored baggage: one attach.
         self._token = context.attach(trace.set_span_in_context(span, base))
@@ -437,21 +439,6 @@ def record_parked(parks: Iterable[tuple[Any, str, float]]) -> None:
         )
 
 
-def record_attempt(job: Any, outcome: Any, seconds: float) -> None:
-    """``messaging.process.duration`` of one ended attempt (with its actor and, for a
-    failed one, ``error.type``). The counts (``taskq.jobs.completed``, retries) are
-    added per settled batch (:func:`settle_span`): this point and the queue latency's are
-    the whole per-job metric cost, one SDK call each with a cached attribute dict."""
-    if not metrics_on():
-        return
-    error = outcome.error_class if outcome.kind in _ERROR_KINDS else None
-    key = (job.row["queue"], job.ref.name, error)
-    attributes = _POINTS.get(key)
-    if attributes is None:
-        attributes = _cached(_POINTS, key, lambda: _process_point(*key))
-    _process.record(seconds, attributes)
-
-
 def _process_point(queue: str, actor: str, error: str | None) -> dict[str, str]:
     attributes = sc.metric_attributes("process", queue, error)
     attributes["taskq.actor"] = actor
@@ -459,13 +446,25 @@ def _process_point(queue: str, actor: str, error: str | None) -> dict[str, str]:
 
 
 def _count_settled(outcomes: Sequence[Any]) -> None:
+    """The metrics of one written batch: the counts (one ``add`` per attribute set), and
+    each attempt's ``messaging.process.duration`` point, from its claim to its outcome
+    (an outcome of a job that never ran, undecodable or handed back at shutdown, has
+    none). The points are recorded here, in one loop, not as each attempt ends: the same
+    values, and on this machine about half the CPU per point (``docs/observability.md``)."""
     ended: Counter[tuple[str, str]] = Counter()
     retried: Counter[tuple[str, str]] = Counter()
     for outcome in outcomes:
         job = outcome.job
-        ended[(job.ref.name, outcome.kind)] += 1
-        if outcome.kind == "retry":
+        kind = outcome.kind
+        ended[(job.ref.name, kind)] += 1
+        if kind == "retry":
             retried[(job.ref.name, str(job.row["queue"]))] += 1
+        if job.task is not None:  # it ran: an attempt
+            error = outcome.error_class if kind in _ERROR_KINDS else None
+            key = (job.row["queue"], job.ref.name, error)
+            point = _POINTS.get(key) or _cached(_POINTS, key, _process_point)
+            seconds = outcome.created_mono - job.claimed_mono
+            _process.record(seconds if seconds > 0.0 else 0.0, point)
     for (actor, status), n in ended.items():
         _completed.add(n, {"actor": actor, "status": status})
     for (actor, queue), n in retried.items():
