@@ -38,10 +38,13 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from taskq import otel_semconv as sc
 from taskq.telemetry import denied_primitive, metrics_on, record_operation, tracing_on
+
+if TYPE_CHECKING:
+    from taskq.worker.claimed import ClaimedJob
 
 __all__ = [
     "admission_span",
@@ -74,8 +77,6 @@ except ImportError:  # pragma: no cover - the otel extra is optional
 
 _NO_SPAN: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
 """What a span helper returns when tracing is off (shared: nothing made per job)."""
-_RX = "_otel_receive"
-"""The row key under which a claimed row carries its receive span's context."""
 
 _tracer: Any = None
 _completed: Any = None
@@ -182,14 +183,14 @@ def claim_started() -> int:
     return time.time_ns() if tracing_on() or metrics_on() else 0
 
 
-def record_received(queues: Sequence[str], rows: Sequence[dict[str, Any]], started_ns: int) -> None:
+def record_received(queues: Sequence[str], rows: Sequence[ClaimedJob], started_ns: int) -> None:
     """The ``receive`` span and metrics of one claim of ``rows`` (none when it was empty):
     one span, one ``add`` and one operation point per queue, and the one per-job cost, a
     ``taskq.job.queue_latency`` point per row, recorded here in one loop."""
     if not started_ns or not rows:
         return
-    first = str(rows[0]["queue"])
-    by_queue = Counter(str(row["queue"]) for row in rows) if len(rows) > 1 else {first: 1}
+    first = str(rows[0].queue)
+    by_queue = Counter(str(row.queue) for row in rows) if len(rows) > 1 else {first: 1}
     if tracing_on():
         names = set(by_queue) if by_queue else set(queues)
         one = first if len(names) == 1 else None
@@ -204,7 +205,7 @@ def record_received(queues: Sequence[str], rows: Sequence[dict[str, Any]], start
         span.end()
         receive = span.get_span_context()
         for row in rows:
-            row[_RX] = receive
+            row.receive = receive
     if metrics_on():
         seconds = (time.time_ns() - started_ns) / 1e9
         now = datetime.now(UTC)
@@ -212,10 +213,10 @@ def record_received(queues: Sequence[str], rows: Sequence[dict[str, Any]], start
             _consumed.add(n, _metric_base("receive", queue))
             record_operation("receive", queue, seconds)
         for row in rows:
-            ready: datetime | None = row.get("scheduled_at")
+            ready = row.scheduled_at
             if ready is not None:
                 waited = (now - ready).total_seconds()
-                actor, queue = row["actor"], row["queue"]
+                actor, queue = row.actor, row.queue
                 point = _LATENCY.get((actor, queue)) or _latency_point(actor, queue)
                 _latency.record(waited if waited > 0.0 else 0.0, point)
 
@@ -228,9 +229,7 @@ _POINTS: dict[tuple[str, str, str | None], dict[str, str]] = {}
 
 
 def _latency_point(actor: str, queue: str) -> dict[str, str]:
-    point: dict[str, str] = _cached(
-        _LATENCY, (actor, queue), lambda a, q: {"actor": a, "queue": q}
-    )
+    point: dict[str, str] = _cached(_LATENCY, (actor, queue), lambda a, q: {"actor": a, "queue": q})
     return point
 
 
@@ -256,7 +255,7 @@ def _metric_base(operation: str, queue: str | None) -> dict[str, str]:
 
 
 def process_span(
-    row: dict[str, Any], actor: str, *, link: bool = False
+    row: ClaimedJob, actor: str, *, link: bool = False
 ) -> contextlib.AbstractContextManager[Any]:
     """The ``process {queue}`` span of one attempt, current while it runs (``None`` when
     tracing is off). ``link``: a new trace linked to the creation context, not its child."""
@@ -287,7 +286,7 @@ class _ProcessSpan:
 
     __slots__ = ("_actor", "_link", "_row", "_span", "_token")
 
-    def __init__(self, row: dict[str, Any], actor: str, link: bool) -> None:
+    def __init__(self, row: ClaimedJob, actor: str, link: bool) -> None:
         self._row = row
         self._actor = actor
         self._link = link
@@ -296,11 +295,11 @@ class _ProcessSpan:
 
     def __enter__(self) -> Any:
         row = self._row
-        name, shared = _process_base(str(row["queue"]), self._actor)
-        receive = row.get(_RX)
+        name, shared = _process_base(str(row.queue), self._actor)
+        receive = row.receive
         # A link to a receive span that was not sampled would point at nothing.
         links = [Link(receive)] if receive is not None and receive.trace_flags.sampled else []
-        carrier = row.get("trace_context")
+        carrier = row.trace_context
         # A job stored without a trace context starts a trace: no propagator call.
         base = extract(carrier) if carrier else _EMPTY
         if carrier and self._link:
@@ -322,9 +321,7 @@ class _ProcessSpan:
             set_status_on_exception=False,
         )
         if span.is_recording():
-            span.set_attributes(
-                {sc.MESSAGE_ID: str(row["id"]), "taskq.attempt": int(row["attempt"])}
-            )
+            span.set_attributes({sc.MESSAGE_ID: str(row.id), "taskq.attempt": int(row.attempt)})
         # Current for the actor (its spans are children, its log lines carry the ids),
         # with the stored baggage: one attach.
         self._token = context.attach(trace.set_span_in_context(span, base))
@@ -376,14 +373,14 @@ def record_throttled(job: Any, exc: Any) -> None:
         span.set_attribute("taskq.throttled.retry_after_s", seconds)
     if metrics_on():
         _throttled.record(
-            seconds, {"primitive": primitive, "actor": job.ref.name, "queue": job.row["queue"]}
+            seconds, {"primitive": primitive, "actor": job.ref.name, "queue": job.claimed.queue}
         )
 
 
 # -- admission (parking) --------------------------------------------------------------
 
 
-def admission_span(row: dict[str, Any], actor: str) -> contextlib.AbstractContextManager[Any]:
+def admission_span(row: ClaimedJob, actor: str) -> contextlib.AbstractContextManager[Any]:
     """The ``admit {queue}`` span of one claimed job's per-job admission, current while
     its limits are acquired (``None``, and nothing made, when tracing is off)."""
     if not tracing_on():
@@ -392,17 +389,17 @@ def admission_span(row: dict[str, Any], actor: str) -> contextlib.AbstractContex
 
 
 @contextlib.contextmanager
-def _admission_span(row: dict[str, Any], actor: str) -> Iterator[Any]:
-    carrier = row.get("trace_context")
+def _admission_span(row: ClaimedJob, actor: str) -> Iterator[Any]:
+    carrier = row.trace_context
     creation = extract(carrier) if carrier else context.Context()
-    queue = str(row.get("queue"))
+    queue = str(row.queue)
     attributes = sc.span_attributes("admit", queue)
-    attributes[sc.MESSAGE_ID] = str(row["id"])
+    attributes[sc.MESSAGE_ID] = str(row.id)
     attributes["taskq.actor"] = actor
-    waited = row.get("waiting_on")
+    waited = row.waiting_on
     if waited is not None:  # parked before, on this
         attributes["taskq.waited_on"] = str(waited)
-    receive = row.get(_RX)
+    receive = row.receive
     with _tracer.start_as_current_span(
         sc.span_name("admit", queue),
         context=creation,
@@ -435,7 +432,7 @@ def record_parked(parks: Iterable[tuple[Any, str, float]]) -> None:
         return
     for job, primitive, delay_s in parks:
         _throttled.record(
-            delay_s, {"primitive": primitive, "actor": job.ref.name, "queue": job.row["queue"]}
+            delay_s, {"primitive": primitive, "actor": job.ref.name, "queue": job.claimed.queue}
         )
 
 
@@ -458,10 +455,10 @@ def _count_settled(outcomes: Sequence[Any]) -> None:
         kind = outcome.kind
         ended[(job.ref.name, kind)] += 1
         if kind == "retry":
-            retried[(job.ref.name, str(job.row["queue"]))] += 1
+            retried[(job.ref.name, str(job.claimed.queue))] += 1
         if job.task is not None:  # it ran: an attempt
             error = outcome.error_class if kind in _ERROR_KINDS else None
-            key = (job.row["queue"], job.ref.name, error)
+            key = (job.claimed.queue, job.ref.name, error)
             point = _POINTS.get(key) or _cached(_POINTS, key, _process_point)
             seconds = outcome.created_mono - job.claimed_mono
             _process.record(seconds if seconds > 0.0 else 0.0, point)
@@ -488,8 +485,8 @@ _SETTLE_LINKS = 128
 
 @contextlib.contextmanager
 def _settle_span(outcomes: Sequence[Any]) -> Iterator[Any]:
-    first = str(outcomes[0].job.row["queue"])
-    queues = {str(o.job.row["queue"]) for o in outcomes} if len(outcomes) > 1 else {first}
+    first = str(outcomes[0].job.claimed.queue)
+    queues = {str(o.job.claimed.queue) for o in outcomes} if len(outcomes) > 1 else {first}
     one = first if len(queues) == 1 else None
     started = time.perf_counter()
     if tracing_on():
