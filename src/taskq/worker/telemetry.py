@@ -7,10 +7,13 @@ On OpenTelemetry's messaging conventions (:mod:`taskq.otel_semconv`):
 - ``process {queue}`` (CONSUMER): one per attempt, the parent of everything the actor
   does (``ctx.span``). Its parent is the context stored on the job at enqueue (the
   ``send`` span), or, with ``otel_process_parent="link"``, a new trace linked to it; the
-  baggage stored with the job is current either way. It links to its ``receive`` span.
+  baggage stored with the job is current either way. It does not link to its
+  ``receive`` span (a link per attempt is not free; the batch is in the settle span).
   Attributes: ``taskq.actor``, ``taskq.attempt``, ``taskq.outcome``, ``error.type``; the
   actor's exception is recorded as an event.
-- ``settle {queue}``: each batched terminal write, linked to the attempts it settles.
+- ``settle {queue}``: each batched terminal write, one span per batch with
+  ``messaging.batch.message_count`` (or the job's ``messaging.message.id``), linked to
+  the (sampled) process spans of the attempts it settles, the first 128.
 - ``admit {queue}`` (INTERNAL): the dispatcher's admission of a claimed job with limits
   (a queue cap, the actor's reservations or rate limits), a child of the job's creation
   context; the ``rate_limit acquire`` spans it makes are its children.
@@ -20,9 +23,16 @@ On OpenTelemetry's messaging conventions (:mod:`taskq.otel_semconv`):
 
 Metrics: ``messaging.client.consumed.messages``, ``messaging.client.operation.duration``
 (receive, settle), ``messaging.process.duration`` (with ``taskq.actor``);
-``taskq.jobs.completed{actor,status}`` and ``taskq.job.retries{actor,queue}`` (counted per
-settled batch),
-``taskq.job.queue_latency{actor,queue}`` (time a ready job waited for a worker),
+``taskq.jobs.completed{actor,status}`` and ``taskq.job.retries{actor,queue}`` (one ``add``
+per attribute set and settled batch), ``taskq.job.queue_latency{actor,queue}`` (time a
+ready job waited for a worker; recorded per claimed batch, one point per job).
+
+Per job, with an SDK, the worker makes one span (``process``), sets its outcome, and
+records two histogram points (``messaging.process.duration``, recorded per written batch
+in one loop, and ``taskq.job.queue_latency``, per claimed batch); everything else is per
+batch. Attribute dicts are cached per queue, actor (and error class), never built per
+job; a job stored without a trace context costs no propagator call.
+
 ``taskq.job.throttled.duration{primitive,actor,queue}`` (the time a denied job is put back
 for: one point per park, and per in-attempt denial of a limit the actor acquires itself), ``taskq.jobs.reclaimed{actor,disposition}``, ``taskq.queue.depth{queue,status}``
 (read by the fleet's leader at each sweep and reported by it alone, so the fleet reports
@@ -296,32 +306,29 @@ class _ProcessSpan:
     def __enter__(self) -> Any:
         row = self._row
         name, shared = _process_base(str(row.queue), self._actor)
-        receive = row.receive
-        # A link to a receive span that was not sampled would point at nothing.
-        links = [Link(receive)] if receive is not None and receive.trace_flags.sampled else []
         carrier = row.trace_context
         # A job stored without a trace context starts a trace: no propagator call.
         base = extract(carrier) if carrier else _EMPTY
+        links = None
         if carrier and self._link:
             created = trace.get_current_span(base).get_span_context()
             if created.is_valid:
-                links.append(Link(created, {"taskq.link": "creation"}))
+                links = [Link(created, {"taskq.link": "creation"})]
             creation, base = base, _EMPTY
             for key, value in baggage.get_all(creation).items():
                 base = baggage.set_baggage(key, value, base)
-        # The sampler sees the messaging attributes (the conventions' sampling-relevant
-        # ones, a cached dict); the job's own are added only to a span that records.
+        # No link to the receive span: the conventions relate an attempt to its job's
+        # creation context (the parent, or the link above), and a span's first link costs
+        # about a third of the span itself (docs/observability.md, "Cost").
         span = self._span = _tracer.start_span(
             name,
             context=base,
             kind=SpanKind.CONSUMER,
-            attributes=shared,
+            attributes={**shared, sc.MESSAGE_ID: str(row.id), "taskq.attempt": int(row.attempt)},
             links=links,
             record_exception=False,
             set_status_on_exception=False,
         )
-        if span.is_recording():
-            span.set_attributes({sc.MESSAGE_ID: str(row.id), "taskq.attempt": int(row.attempt)})
         # Current for the actor (its spans are children, its log lines carry the ids),
         # with the stored baggage: one attach.
         self._token = context.attach(trace.set_span_in_context(span, base))
