@@ -310,18 +310,29 @@ OTEL_SETUPS: tuple[tuple[str, dict[str, str]], ...] = (
 """The worker setups, all one app (``benchmarks/otel_worker.py``): no SDK; an SDK
 recording every trace; ``ParentBased(TraceIdRatioBased(0.1))``; a meter provider and no
 tracer provider."""
+GC_SETUPS: tuple[tuple[str, dict[str, str]], ...] = (
+    ("otel off, gc.freeze()", {**OFF, "TASKQ_BENCH_GC_FREEZE": "1"}),
+    ("traces 100 % + metrics, gc.freeze()", {"TASKQ_BENCH_GC_FREEZE": "1"}),
+)
+"""With ``--gc-freeze``: the same app calling ``gc.freeze()`` after its imports, without
+and with the SDK (the SDK's spans wait in its batch queue long enough to reach the older
+generations, and a full collection walks every object the process made at startup)."""
 WORKLOADS: tuple[tuple[str, str, int], ...] = (("no-op", "noop", 1), ("1 ms CPU", "work", 5))
 """``(label, workload, backlog divisor)``: a 1 ms job drains ~5x slower, so a fifth of
 the backlog keeps the rounds short."""
 
 
-def otel_overhead(engine_kind: str, rounds: int, backlog: int, concurrency: int) -> None:
+def otel_overhead(
+    engine_kind: str, rounds: int, backlog: int, concurrency: int, gc_freeze: bool = False
+) -> None:
     """Drain rate and worker CPU per job for each workload and each of
-    :data:`OTEL_SETUPS`, rounds interleaved; print the medians against ``otel off``."""
+    :data:`OTEL_SETUPS` (and :data:`GC_SETUPS`), rounds interleaved; print the medians
+    against ``otel off``."""
+    setups = OTEL_SETUPS + (GC_SETUPS if gc_freeze else ())
     results: dict[tuple[str, str], list[dict[str, float]]] = {}
     for _ in range(max(1, rounds)):
         for label, workload, divisor in WORKLOADS:
-            for setup, extra in OTEL_SETUPS:
+            for setup, extra in setups:
                 one = drain(
                     engine_kind, 1, backlog // divisor, concurrency, OTEL_APP, extra, workload
                 )
@@ -333,10 +344,12 @@ def otel_overhead(engine_kind: str, rounds: int, backlog: int, concurrency: int)
     header = ("jobs", "setup", "drain (jobs/s)", "vs off", "worker CPU / job", "vs off")
     rows: list[tuple[str, ...]] = []
     for label, _, _ in WORKLOADS:
-        base_drain, base_cpu = med((label, "otel off"), "drain"), med((label, "otel off"), "cpu")
-        for setup, _ in OTEL_SETUPS:
+        for setup, _ in setups:
+            # a gc.freeze() setup is compared with the frozen baseline
+            base = "otel off, gc.freeze()" if setup.endswith("gc.freeze()") else "otel off"
+            base_drain, base_cpu = med((label, base), "drain"), med((label, base), "cpu")
             drained, cpu = med((label, setup), "drain"), med((label, setup), "cpu")
-            off = setup == "otel off"
+            off = setup == base
             rows.append(
                 (
                     label,
@@ -380,9 +393,14 @@ def main() -> None:
     parser.add_argument(
         "--otel", action="store_true", help="drain with OpenTelemetry off vs on, and stop"
     )
+    parser.add_argument(
+        "--gc-freeze",
+        action="store_true",
+        help="with --otel: also both setups with gc.freeze() after the app's imports",
+    )
     args = parser.parse_args()
     if args.otel:
-        otel_overhead(args.engine, args.repeat, args.backlog, args.concurrency)
+        otel_overhead(args.engine, args.repeat, args.backlog, args.concurrency, args.gc_freeze)
         return
 
     engines = [args.engine]
