@@ -23,7 +23,8 @@ the backlog). ``--repeat`` rounds, every setup in each, interleaved so that the
 machine's other load falls on all alike; it prints the medians. Besides the drain rate
 it prints the worker's CPU time per job (the slope of its ``/proc`` CPU time against
 jobs done while draining, boot excluded): on a shared machine the drain rate moves with
-the others' load, the CPU a job costs much less.
+the others' load, the CPU a job costs much less. ``--gc-freeze`` adds the no-SDK and the
+every-trace setups again with ``gc.freeze()`` after the app's imports.
 """
 
 from __future__ import annotations
