@@ -10,6 +10,7 @@ import time
 from uuid import UUID, SafeUUID
 
 __all__ = [
+    "as_job_id",
     "new_job_id",
     "new_job_ids",
     "new_request_id",
@@ -36,6 +37,24 @@ def _reset_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def as_job_id(value: object, name: str = "job_id") -> UUID:
+    """``value`` as a job id: a :class:`~uuid.UUID` as it is, a ``str`` that parses as one.
+
+    Anything else is refused naming the argument ``name``: ``TypeError`` for another type
+    (``bytes``, ``int``, ``None``...), ``ValueError`` for a string that is not a UUID.
+    """
+    if type(value) is UUID:  # the common case, one check
+        return value
+    if isinstance(value, UUID):
+        return value
+    if isinstance(value, str):
+        try:
+            return UUID(value)
+        except ValueError:
+            raise ValueError(f"{name}: {value!r} is not a UUID") from None
+    raise TypeError(f"{name} must be a UUID or a str, got {type(value).__name__}")
 
 
 _RAND_MASK = (1 << 62) - 1

@@ -18,7 +18,7 @@ from pydantic import BaseModel, TypeAdapter
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from taskq._ids import new_job_ids
+from taskq._ids import as_job_id, new_job_ids
 from taskq.actor import ActorRef, find_actor, get_actor
 from taskq.actor_config_ops import ActorsClient, QueuesClient
 from taskq.backends.base import Backend
@@ -167,19 +167,22 @@ class JobsClient(JobOperations):
         return [self._handle(ref, out) for ref, out in zip(made.refs, outcomes, strict=True)]
 
     async def get(
-        self, job_id: UUID, *, result_adapter: TypeAdapter[R] | None = None
+        self, job_id: UUID | str, *, result_adapter: TypeAdapter[R] | None = None
     ) -> JobHandle[R]:
         """A handle on an existing job; ``JobNotFoundError`` if there is none.
 
-        Pass the actor's ``result_adapter`` to get a typed result from ``wait()``.
+        ``job_id`` is a UUID or its string. Pass the actor's ``result_adapter`` to get a
+        typed result from ``wait()``.
         """
+        job_id = as_job_id(job_id)
         record = await self.backend.get_job(job_id)
         if record is None:
             raise JobNotFoundError(job_id)
         return JobHandle(self.backend, job_id, result_adapter=result_adapter, record=record)
 
-    async def cancel(self, job_id: UUID) -> JobRecord:
-        """Cancel a job by id (see ``JobHandle.cancel``)."""
+    async def cancel(self, job_id: UUID | str) -> JobRecord:
+        """Cancel a job by id, a UUID or its string (see ``JobHandle.cancel``)."""
+        job_id = as_job_id(job_id)
         record = await self.backend.cancel_job(job_id)
         if record is None:
             raise JobNotFoundError(job_id)

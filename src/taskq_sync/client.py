@@ -20,7 +20,7 @@ from pydantic import BaseModel, TypeAdapter
 from sqlalchemy import Engine
 from sqlalchemy.engine import URL
 
-from taskq._ids import new_job_ids
+from taskq._ids import as_job_id, new_job_ids
 from taskq.actor import ActorRef, find_actor, get_actor
 from taskq.bulk_rows import BulkOutcomes, BulkRows
 from taskq.db.fork import track_engine
@@ -167,18 +167,23 @@ class JobsClient(JobOperations):
             record_enqueued(span, batch.made, outcomes)
         return [self._handle(ref, out) for ref, out in zip(made.refs, outcomes, strict=True)]
 
-    def get(self, job_id: UUID, *, result_adapter: TypeAdapter[R] | None = None) -> JobHandle[R]:
+    def get(
+        self, job_id: UUID | str, *, result_adapter: TypeAdapter[R] | None = None
+    ) -> JobHandle[R]:
         """A handle on an existing job; ``JobNotFoundError`` if there is none.
 
-        Pass the actor's ``result_adapter`` to get a typed result from ``wait()``.
+        ``job_id`` is a UUID or its string. Pass the actor's ``result_adapter`` to get a
+        typed result from ``wait()``.
         """
+        job_id = as_job_id(job_id)
         record = self.backend.get_job(job_id)
         if record is None:
             raise JobNotFoundError(job_id)
         return JobHandle(self.backend, job_id, result_adapter=result_adapter, record=record)
 
-    def cancel(self, job_id: UUID) -> JobRecord:
-        """Cancel a job by id (see ``JobHandle.cancel``)."""
+    def cancel(self, job_id: UUID | str) -> JobRecord:
+        """Cancel a job by id, a UUID or its string (see ``JobHandle.cancel``)."""
+        job_id = as_job_id(job_id)
         record = self.backend.cancel_job(job_id)
         if record is None:
             raise JobNotFoundError(job_id)

@@ -12,7 +12,7 @@ from uuid import UUID
 
 from pydantic import TypeAdapter
 
-from taskq._ids import uuid_from_int
+from taskq._ids import as_job_id, uuid_from_int
 from taskq.exceptions import JobCancelledError, JobFailedError, JobNotFoundError, WaitTimeout
 from taskq.progress import ProgressEvent, progress_channel
 from taskq.records import AttemptRecord, JobRecord, JobStatus, RecordSource, build_record
@@ -48,7 +48,7 @@ class JobHandle(Generic[R]):
     def __init__(
         self,
         backend: Backend,
-        job_id: UUID,
+        job_id: UUID | str,
         *,
         result_adapter: TypeAdapter[R] | None = None,
         record: RecordSource | None = None,
@@ -57,7 +57,7 @@ class JobHandle(Generic[R]):
         bound: bool = True,
     ) -> None:
         self._backend = backend
-        self.job_id = job_id
+        self.job_id: UUID = job_id if type(job_id) is UUID else as_job_id(job_id)
         self.result_adapter = result_adapter
         self._record: RecordSource | None = record
         self.was_existing = was_existing

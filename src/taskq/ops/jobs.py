@@ -23,6 +23,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from taskq._acompat import asleep
+from taskq._ids import as_job_id
 from taskq.backends.base import Backend
 from taskq.constants import TERMINAL_STATUSES
 from taskq.db.engine import transaction
@@ -138,9 +139,10 @@ class JobOperations:
             )
         return JobCount(min(n, limit), n > limit, limit)
 
-    async def detail(self, job_id: UUID) -> JobDetail:
+    async def detail(self, job_id: UUID | str) -> JobDetail:
         """The job and every attempt (outcome, error, traceback), in one read;
         ``JobNotFoundError`` when there is no such job."""
+        job_id = as_job_id(job_id)
         engine = self._engine()
         async with transaction(engine, readonly=True) as conn:
             row = (await conn.execute(q.select_job(job_id))).mappings().first()
@@ -196,7 +198,7 @@ class JobOperations:
 
     # -- retry ----------------------------------------------------------------------
 
-    async def retry(self, job_id: UUID) -> JobRecord:
+    async def retry(self, job_id: UUID | str) -> JobRecord:
         """Put a failed, cancelled, crashed or abandoned job back to ``pending`` with a
         fresh retry budget; the retry is recorded in ``metadata["taskq.retries"]``.
 
@@ -204,6 +206,7 @@ class JobOperations:
         active or succeeded, ``SingletonCollisionError`` if it is a singleton whose actor
         already has an active job. Nothing changes in any of those cases.
         """
+        job_id = as_job_id(job_id)
         engine = self._engine()
         async with transaction(engine) as conn:
             row = (await conn.execute(q.select_job(job_id, for_update=True))).mappings().first()

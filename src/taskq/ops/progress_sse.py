@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
+from taskq._ids import as_job_id
 from taskq.constants import TERMINAL_STATUSES
 from taskq.exceptions import JobNotFoundError
 from taskq.ops.stats import ProgressSnapshot, StatsClient
@@ -126,8 +127,9 @@ class ProgressFeed:
         if self.poll_interval <= 0:
             raise ValueError("poll_interval must be > 0")
 
-    async def snapshot(self, job_id: UUID) -> ProgressSnapshot:
+    async def snapshot(self, job_id: UUID | str) -> ProgressSnapshot:
         """The job's progress row now; ``JobNotFoundError`` when there is no such job."""
+        job_id = as_job_id(job_id)
         snap = await self.stats.progress(job_id)
         if snap is None:
             raise JobNotFoundError(job_id)
@@ -151,7 +153,7 @@ class ProgressFeed:
 
     async def open(
         self,
-        job_id: UUID,
+        job_id: UUID | str,
         last: int = -1,
         *,
         redact: RedactState | None = None,

@@ -18,6 +18,7 @@ from uuid import UUID
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from taskq._ids import as_job_id
 from taskq.db.engine import transaction
 from taskq.db.queries import admin as q
 from taskq.db.queries.job_ops import store_now
@@ -153,8 +154,9 @@ class StatsClient:
             value: datetime = (await conn.execute(store_now(self.engine.dialect.name))).scalar_one()
         return value
 
-    async def progress(self, job_id: UUID) -> ProgressSnapshot | None:
+    async def progress(self, job_id: UUID | str) -> ProgressSnapshot | None:
         """The job's progress row, ``None`` when there is no such job."""
+        job_id = as_job_id(job_id)
         async with transaction(self.engine, readonly=True) as conn:
             row = (await conn.execute(q.progress_row(job_id))).mappings().first()
         if row is None:
@@ -212,9 +214,10 @@ class StatsClient:
             rows = (await conn.execute(q.actor_recent(actor, now - window, SAMPLE_LIMIT))).all()
         return _summarise(actor, window, rows, len(rows) >= SAMPLE_LIMIT)
 
-    async def children(self, job_id: UUID, limit: int = 50) -> tuple[list[JobRecord], bool]:
+    async def children(self, job_id: UUID | str, limit: int = 50) -> tuple[list[JobRecord], bool]:
         """The newest ``limit`` children of ``job_id`` (of the first 1,000 found), and
         whether there are more."""
+        job_id = as_job_id(job_id)
         async with transaction(self.engine, readonly=True) as conn:
             rows = (await conn.execute(q.children_of(job_id, CHILDREN_LIMIT))).mappings().all()
         records = sorted(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -39,7 +40,9 @@ from taskq.exceptions import (
     ActorNotFoundError,
     JobNotFoundError,
     JobNotRetryableError,
+    SchemaNotReady,
     SingletonCollisionError,
+    StoreUnavailable,
 )
 from taskq.ops import RateLimitsClient, WorkersClient
 from taskq.ops.stats import StatsClient
@@ -84,6 +87,7 @@ ACTIONS = (
 """Every action the UI can take; ``authorize`` is asked about these and ``"view"``."""
 
 _HERE = Path(__file__).parent
+_log = logging.getLogger("taskq.ui")
 _SECRET_WORDS = ("password", "passwd", "secret", "token", "api_key", "apikey", "authorization")
 
 
@@ -127,6 +131,17 @@ class Admin:
     cache_ttl_s: float
     env: Environment = field(repr=False)
     _cache: dict[Any, tuple[float, Any]] = field(default_factory=dict, repr=False)
+    _store_errors: set[str] = field(default_factory=set, repr=False)
+
+    def store_error(self, kind: str, message: str) -> None:
+        """Log a store problem of ``kind`` (``SchemaNotReady``, ``StoreUnavailable``) at
+        ERROR the first time this app meets it, at DEBUG after: one line per problem, not
+        one per request (every page of an unmigrated database fails the same way)."""
+        if kind in self._store_errors:
+            _log.debug("admin-ui store-error %s", message)
+            return
+        self._store_errors.add(kind)
+        _log.error("admin-ui store-error %s (answering 503 until it is fixed)", message)
 
     async def cached(self, key: Any, compute: Callable[[], Awaitable[Any]]) -> Any:
         """``compute()``'s value, reused for ``cache_ttl_s`` seconds (per process): the
@@ -224,9 +239,23 @@ def _json(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, default=str)
 
 
+def _store_message(exc: SchemaNotReady | StoreUnavailable) -> str:
+    if isinstance(exc, SchemaNotReady):
+        return (
+            f"the taskq schema is not ready (SchemaNotReady: table {exc.table!r} does not "
+            f"exist): run `{exc.command}`"
+        )
+    return f"the job store cannot be reached (StoreUnavailable: {exc.reason})"
+
+
 async def _error(request: Request, exc: Exception) -> Response:
     status = 500
-    if isinstance(exc, BadInput):
+    message: str | None = None
+    if isinstance(exc, SchemaNotReady | StoreUnavailable):
+        status = 503
+        message = _store_message(exc)
+        admin_of(request).store_error(type(exc).__name__, message)
+    elif isinstance(exc, BadInput):
         status = 400
     elif isinstance(exc, Forbidden | CsrfError):
         status = 403
@@ -238,7 +267,8 @@ async def _error(request: Request, exc: Exception) -> Response:
         status = 409
     elif isinstance(exc, HTTPException):
         status = exc.status_code
-    message = exc.detail if isinstance(exc, HTTPException) else str(exc)
+    if message is None:
+        message = exc.detail if isinstance(exc, HTTPException) else str(exc)
     if isinstance(exc, KeyError) and exc.args:
         message = str(exc.args[0])
     if request.headers.get("accept", "").startswith("application/json"):
@@ -325,6 +355,8 @@ def create_router(
             JobNotRetryableError,
             SingletonCollisionError,
             ActorDeregistrationError,
+            SchemaNotReady,
+            StoreUnavailable,
             HTTPException,
         )
     }

@@ -15,12 +15,15 @@ checkout). taskq's statements run on it, inside the caller's transaction:
   transaction is the caller's to end, and the connection stays open. Cursors taskq opens
   on it decode ``json``/``jsonb`` with psycopg's own loaders (on the cursor's adapters,
   so the caller's connection keeps the loaders it has: Django's return JSON as text);
+* a SQLite connection (``sqlite3``, Django's) is a ``TypeError`` saying SQLite is not
+  supported and pointing at ``enqueue_on_commit``;
 * anything else is a ``TypeError`` that names what is accepted.
 """
 
 from __future__ import annotations
 
 import contextvars
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -50,12 +53,26 @@ def accepted_connection(connection: object) -> None:
     """
     if isinstance(connection, (Connection, psycopg.Connection)):
         return
+    kind = f"{type(connection).__module__}.{type(connection).__qualname__}"
+    if isinstance(connection, sqlite3.Connection) or _is_sqlite(connection):
+        # Not supported on purpose: the caller's sqlite3 connection belongs to its thread
+        # and its transaction mode, which taskq's async driver and its up-front write lock
+        # cannot share.
+        raise TypeError(
+            f"connection= does not support SQLite connections (got {kind}): a transactional enqueue needs PostgreSQL. On SQLite, use taskq.contrib.django.enqueue_on_commit (Django) or enqueue without connection= after your transaction commits"
+        )
     hint = ""
     if type(connection).__module__.startswith("django."):
         hint = " (Django's connection: use taskq.contrib.django's enqueue, or pass connection.connection)"
-    raise TypeError(
-        f"connection= takes {_ACCEPTED}, got {type(connection).__module__}.{type(connection).__qualname__}{hint}"
-    )
+    raise TypeError(f"connection= takes {_ACCEPTED}, got {kind}{hint}")
+
+
+def _is_sqlite(connection: object) -> bool:
+    """An aiosqlite connection, or Django's SQLite one (``django.db.connection``)."""
+    module = type(connection).__module__
+    if module.startswith("aiosqlite"):
+        return True
+    return module.startswith("django.") and getattr(connection, "vendor", None) == "sqlite"
 
 
 @contextmanager

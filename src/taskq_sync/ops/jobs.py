@@ -25,6 +25,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
 from taskq._acompat import sleep
+from taskq._ids import as_job_id
 from taskq.constants import TERMINAL_STATUSES
 from taskq.db.queries import job_ops as q
 from taskq.db.queries.dispatch import notify_enqueued
@@ -125,9 +126,10 @@ class JobOperations:
             n = int(conn.execute(q.count_capped(engine.dialect.name, flt, limit)).scalar_one())
         return JobCount(min(n, limit), n > limit, limit)
 
-    def detail(self, job_id: UUID) -> JobDetail:
+    def detail(self, job_id: UUID | str) -> JobDetail:
         """The job and every attempt (outcome, error, traceback), in one read;
         ``JobNotFoundError`` when there is no such job."""
+        job_id = as_job_id(job_id)
         engine = self._engine()
         with transaction(engine, readonly=True) as conn:
             row = conn.execute(q.select_job(job_id)).mappings().first()
@@ -183,7 +185,7 @@ class JobOperations:
 
     # -- retry ----------------------------------------------------------------------
 
-    def retry(self, job_id: UUID) -> JobRecord:
+    def retry(self, job_id: UUID | str) -> JobRecord:
         """Put a failed, cancelled, crashed or abandoned job back to ``pending`` with a
         fresh retry budget; the retry is recorded in ``metadata["taskq.retries"]``.
 
@@ -191,6 +193,7 @@ class JobOperations:
         active or succeeded, ``SingletonCollisionError`` if it is a singleton whose actor
         already has an active job. Nothing changes in any of those cases.
         """
+        job_id = as_job_id(job_id)
         engine = self._engine()
         with transaction(engine) as conn:
             row = conn.execute(q.select_job(job_id, for_update=True)).mappings().first()
