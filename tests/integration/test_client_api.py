@@ -8,6 +8,7 @@ blocking calls (no event loop, no thread).
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
@@ -115,3 +116,39 @@ async def test_status_says_what_a_parked_job_waits_on_and_when_it_can_run(tq: Ta
         None,
     )
     assert (plain.denials, str(plain)) == (0, "scheduled")
+
+
+async def test_every_job_id_argument_takes_the_uuid_or_its_string(tq: TaskQ) -> None:
+    handle = await tq.jobs.enqueue(double, Item(n=5))
+    text_id = str(handle.job_id)
+    found: JobHandle[Any] = await tq.jobs.get(text_id)
+    assert found.job_id == handle.job_id  # a UUID, not the string
+    assert (await tq.jobs.detail(text_id)).job.id == handle.job_id
+    assert JobHandle(tq.backend, text_id).job_id == handle.job_id
+    assert (await tq.jobs.cancel(text_id.upper())).status == "cancelled"
+    assert (await tq.jobs.retry(text_id)).status == "pending"
+    with pytest.raises(JobNotFoundError):
+        await tq.jobs.get(str(uuid4()))
+
+
+@pytest.mark.parametrize(
+    ("bad", "error", "message"),
+    [
+        ("not-a-uuid", ValueError, "job_id: 'not-a-uuid' is not a UUID"),
+        ("", ValueError, "job_id: '' is not a UUID"),
+        (b"\x00" * 16, TypeError, "job_id must be a UUID or a str, got bytes"),
+        (42, TypeError, "job_id must be a UUID or a str, got int"),
+        (None, TypeError, "job_id must be a UUID or a str, got NoneType"),
+    ],
+)
+async def test_a_job_id_that_is_not_a_uuid_is_refused_naming_the_argument(
+    tq: TaskQ, bad: Any, error: type[Exception], message: str
+) -> None:
+    handle = await tq.jobs.enqueue(double, Item(n=6))
+    calls = [tq.jobs.get, tq.jobs.cancel, tq.jobs.detail, tq.jobs.retry]
+    for call in calls:
+        with pytest.raises(error, match=re.escape(message)):
+            await call(bad)
+    with pytest.raises(error, match=re.escape(message)):
+        JobHandle(tq.backend, bad)
+    assert (await handle.refresh()).status == "pending"  # nothing changed

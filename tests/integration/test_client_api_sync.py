@@ -10,6 +10,7 @@ blocking calls (no event loop, no thread).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -117,3 +118,39 @@ def test_status_says_what_a_parked_job_waits_on_and_when_it_can_run(tq: TaskQ) -
         None,
     )
     assert (plain.denials, str(plain)) == (0, "scheduled")
+
+
+def test_every_job_id_argument_takes_the_uuid_or_its_string(tq: TaskQ) -> None:
+    handle = tq.jobs.enqueue(double, Item(n=5))
+    text_id = str(handle.job_id)
+    found: JobHandle[Any] = tq.jobs.get(text_id)
+    assert found.job_id == handle.job_id  # a UUID, not the string
+    assert tq.jobs.detail(text_id).job.id == handle.job_id
+    assert JobHandle(tq.backend, text_id).job_id == handle.job_id
+    assert tq.jobs.cancel(text_id.upper()).status == "cancelled"
+    assert tq.jobs.retry(text_id).status == "pending"
+    with pytest.raises(JobNotFoundError):
+        tq.jobs.get(str(uuid4()))
+
+
+@pytest.mark.parametrize(
+    ("bad", "error", "message"),
+    [
+        ("not-a-uuid", ValueError, "job_id: 'not-a-uuid' is not a UUID"),
+        ("", ValueError, "job_id: '' is not a UUID"),
+        (b"\x00" * 16, TypeError, "job_id must be a UUID or a str, got bytes"),
+        (42, TypeError, "job_id must be a UUID or a str, got int"),
+        (None, TypeError, "job_id must be a UUID or a str, got NoneType"),
+    ],
+)
+def test_a_job_id_that_is_not_a_uuid_is_refused_naming_the_argument(
+    tq: TaskQ, bad: Any, error: type[Exception], message: str
+) -> None:
+    handle = tq.jobs.enqueue(double, Item(n=6))
+    calls = [tq.jobs.get, tq.jobs.cancel, tq.jobs.detail, tq.jobs.retry]
+    for call in calls:
+        with pytest.raises(error, match=re.escape(message)):
+            call(bad)
+    with pytest.raises(error, match=re.escape(message)):
+        JobHandle(tq.backend, bad)
+    assert handle.refresh().status == "pending"  # nothing changed
