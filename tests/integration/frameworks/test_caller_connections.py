@@ -137,3 +137,27 @@ async def test_async_psycopg_connection(pg_url: URL, settings: TaskQSettings) ->
         async with tq.engine.connect() as check:
             count = (await check.execute(text("SELECT count(*) FROM taskq.jobs"))).scalar_one()
     assert count == 1
+
+
+def test_a_sqlite_connection_is_refused_pointing_at_enqueue_on_commit(
+    sqlite_url: str, settings: TaskQSettings
+) -> None:
+    """Django's startproject default: the caller's sqlite3 connection, in its transaction."""
+    import sqlite3
+
+    path = sqlite_url.removeprefix("sqlite:///")
+    tq = taskq_sync.TaskQ(sqlite_url, settings=settings)
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("BEGIN")
+        with pytest.raises(TypeError) as raised:
+            tq.enqueue(order_actor, Order(n=1), connection=conn)
+        message = str(raised.value)
+        assert "does not support SQLite connections (got sqlite3.Connection)" in message
+        assert "enqueue_on_commit" in message
+        assert conn.in_transaction  # the caller's transaction is untouched
+        conn.rollback()
+        assert conn.execute("SELECT count(*) FROM jobs").fetchone() == (0,)
+    finally:
+        conn.close()
+        tq.close()
