@@ -147,7 +147,7 @@ def test_a_job_id_that_is_not_a_uuid_is_refused_naming_the_argument(
     tq: TaskQ, bad: Any, error: type[Exception], message: str
 ) -> None:
     handle = tq.jobs.enqueue(double, Item(n=6))
-    calls = [tq.jobs.get, tq.jobs.cancel, tq.jobs.detail, tq.jobs.retry]
+    calls: list[Any] = [tq.jobs.get, tq.jobs.cancel, tq.jobs.detail, tq.jobs.retry]
     for call in calls:
         with pytest.raises(error, match=re.escape(message)):
             call(bad)

@@ -151,7 +151,7 @@ def test_a_sqlite_connection_is_refused_pointing_at_enqueue_on_commit(
     try:
         conn.execute("BEGIN")
         with pytest.raises(TypeError) as raised:
-            tq.enqueue(order_actor, Order(n=1), connection=conn)
+            tq.enqueue(order_actor, Order(n=1), connection=conn)  # type: ignore[arg-type]
         message = str(raised.value)
         assert "does not support SQLite connections (got sqlite3.Connection)" in message
         assert "enqueue_on_commit" in message
