@@ -400,8 +400,9 @@ async def test_poison_rows_do_not_stop_the_fleet(
 
 
 async def test_soak_memory_and_connections_stay_flat(pg_url: URL, scale: Scale) -> None:
-    """A steady stream of mixed jobs (``benchmarks/soak.py``): nothing lost, worker RSS
-    grows less than 10 % after the warm-up, the connection count does not grow."""
+    """A steady stream of mixed jobs (``benchmarks/soak.py``): nothing lost, the audit table
+    shows attempts equal to runs and no overlapping runs, worker RSS grows less than 10 %
+    after the warm-up, the connection count does not grow."""
     from benchmarks.soak import RSS_GROWTH_LIMIT, run_soak, table
 
     long = scale.soak_s > 60
@@ -414,6 +415,8 @@ async def test_soak_memory_and_connections_stay_flat(pg_url: URL, scale: Scale) 
         sample_s=5.0 if long else 1.0,
     )
     print(table(figures))
-    assert figures.lost == 0
+    assert figures.lost == 0, table(figures)
+    assert figures.runs >= figures.planned_runs > 0, table(figures)
+    assert figures.audit_ok, table(figures)
     assert figures.rss_growth_max < RSS_GROWTH_LIMIT, table(figures)
     assert figures.connections_flat, table(figures)
