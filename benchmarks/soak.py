@@ -43,7 +43,7 @@ import tempfile
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -467,17 +467,22 @@ def main(argv: list[str] | None = None) -> int:
     try:
         asyncio.run(_migrate(url))
         figures = asyncio.run(
-            run_soak(
-                url,
-                total=args.jobs,
-                workers=args.workers,
-                duration_s=args.duration,
-                warmup=args.warmup,
-                sample_s=args.sample,
-                concurrency=args.concurrency,
-                logdir=args.logdir,
+            _until_terminated(
+                run_soak(
+                    url,
+                    total=args.jobs,
+                    workers=args.workers,
+                    duration_s=args.duration,
+                    warmup=args.warmup,
+                    sample_s=args.sample,
+                    concurrency=args.concurrency,
+                    logdir=args.logdir,
+                )
             )
         )
+    except asyncio.CancelledError:
+        print("soak terminated (SIGTERM) before it ended: no figures", flush=True)
+        return 143
     finally:
         _drop_database(url)
     print(table(figures), flush=True)
@@ -486,6 +491,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.json is not None:
         args.json.write_text(json.dumps(asdict(figures), indent=2))
     return 0 if figures.ok else 1
+
+
+async def _until_terminated(soak: Coroutine[Any, Any, Figures]) -> Figures:
+    """Run ``soak``; SIGTERM cancels it, so that its workers are stopped and its database
+    dropped (CI runs the soak in the background and ends it when the build fails)."""
+    task = asyncio.ensure_future(soak)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    return await task
 
 
 async def _migrate(url: str) -> None:
