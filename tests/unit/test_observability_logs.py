@@ -118,10 +118,13 @@ def test_with_the_api_and_no_sdk_everything_is_the_shared_no_op() -> None:
         with send as handle:
             assert handle is None
         assert worker.settle_span([]) is worker.settle_span([])
-        with worker.process_span({"id": "x", "queue": "q", "attempt": 1}, "a") as span:
+        from uuid import uuid4
+        from taskq.worker.claimed import ClaimedJob
+        claimed = ClaimedJob(id=uuid4(), actor="a", queue="q", payload={}, attempt=1)
+        with worker.process_span(claimed, "a") as span:
             assert span is None
         assert worker.claim_started() == 0 and telemetry.acquire_started() == 0
-        worker.record_received(["q"], [{"queue": "q", "actor": "a"}], 0)
+        worker.record_received(["q"], [claimed], 0)
         print("ok")
         """
     )

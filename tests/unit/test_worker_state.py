@@ -13,16 +13,17 @@ import structlog
 
 from taskq.db.engine import make_engine
 from taskq.exceptions import ScheduleToCloseTimeout, Snooze
+from taskq.worker.claimed import ClaimedJob
 from taskq.worker.execute import _failure
 from taskq.worker.progress import Progress
 from taskq.worker.run import resolve_actors
 from taskq.worker.shutdown import Phase, ShutdownState
-from taskq.worker.state import Outcome, RunningJob
+from taskq.worker.state import AttemptOutcome, Outcome, OutcomeKind, RunningJob
 from tests.e2e.apps import basic
 
 
-def _job(ref: Any = basic.control, **row: Any) -> RunningJob:
-    base = {
+def _job(ref: Any = basic.control, **columns: Any) -> RunningJob:
+    base: dict[str, Any] = {
         "id": uuid4(),
         "actor": ref.name,
         "queue": "default",
@@ -34,8 +35,8 @@ def _job(ref: Any = basic.control, **row: Any) -> RunningJob:
         "deadline_at": None,
         "schedule_to_close_s": None,
     }
-    base.update(row)
-    return RunningJob(row=base, ref=ref, worker_id=uuid4())
+    base.update(columns)
+    return RunningJob(claimed=ClaimedJob(**base), ref=ref, worker_id=uuid4())
 
 
 async def test_first_signal_starts_later_signals_escalate() -> None:
@@ -74,11 +75,14 @@ def test_job_cancel_wins_over_shutdown() -> None:
 
 def test_outcome_row_status() -> None:
     job = _job()
-    assert Outcome(job, "retry", "retried").row_status == "scheduled"
-    assert Outcome(job, "snooze", "snoozed").row_status == "scheduled"
-    assert Outcome(job, "release", "retried").row_status == "pending"
-    assert Outcome(job, "release", "retried", hold_s=3.0).row_status == "scheduled"
-    assert Outcome(job, "succeeded", "succeeded").row_status == "succeeded"
+    kind, record = OutcomeKind, AttemptOutcome
+    assert Outcome(job, kind.RETRY, record.RETRIED).row_status == "scheduled"
+    assert Outcome(job, kind.SNOOZE, record.SNOOZED).row_status == "scheduled"
+    assert Outcome(job, kind.RELEASE, record.RETRIED).row_status == "pending"
+    assert Outcome(job, kind.RELEASE, record.RETRIED, hold_s=3.0).row_status == "scheduled"
+    assert Outcome(job, kind.SUCCEEDED, record.SUCCEEDED).row_status == "succeeded"
+    assert Outcome(job, kind.FAILED, record.FAILED).row_status == "failed"
+    assert Outcome(job, kind.CANCELLED, record.ABANDONED).row_status == "cancelled"
 
 
 def test_failure_decisions() -> None:

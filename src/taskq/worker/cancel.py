@@ -28,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from taskq.db.engine import transaction
 from taskq.db.queries import worker as wq
-from taskq.worker.state import Outcome, RunningJob
+from taskq.worker.state import AttemptOutcome, Outcome, OutcomeKind, RunningJob
 
 __all__ = [
     "CANCELLED_BEFORE_START",
@@ -120,8 +120,8 @@ class CancelController:
                 self._submit(
                     Outcome(
                         job,
-                        "cancelled",
-                        "abandoned",
+                        OutcomeKind.CANCELLED,
+                        AttemptOutcome.ABANDONED,
                         error_class=CANCEL_ABANDONED,
                         error="the actor did not stop within the cancellation graces",
                     )

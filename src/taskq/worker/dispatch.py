@@ -27,10 +27,10 @@ from taskq.actor import ActorRef
 from taskq.db.engine import transaction
 from taskq.db.queries import dispatch as dq
 from taskq.settings import WorkerSettings
-from taskq.worker.claimed import decode_claimed
+from taskq.worker.claimed import ClaimedJob
 from taskq.worker.execute import AttemptEnv, execute
 from taskq.worker.outcomes import Completer
-from taskq.worker.state import Outcome, RunningJob
+from taskq.worker.state import AttemptOutcome, Outcome, OutcomeKind, RunningJob
 from taskq.worker.telemetry import (
     claim_started,
     mark_span,
@@ -238,7 +238,7 @@ class Dispatcher:
         poll = self.settings.poll_interval.total_seconds()
         return empty_at is not None and time.monotonic() - empty_at < poll
 
-    async def claim(self, free: int) -> list[dict[str, Any]]:
+    async def claim(self, free: int) -> list[ClaimedJob]:
         """Claim up to ``free`` jobs (one transaction; one statement on the fast path).
 
         With limits, the round is planned first (:meth:`Gatekeeper.plan`: actors their
@@ -246,7 +246,7 @@ class Dispatcher:
         jobs the claim did not find are refunded after it.
         """
         params = {"worker_id": self.worker_id, "lease_s": self._lease_s}
-        rows: list[dict[str, Any]] = []
+        rows: list[ClaimedJob] = []
         plan = await self.gate.plan(free) if self.gate is not None else None
         try:
             if plan is not None and (not plan.queues or (not plan.limits and self._skip_others())):
@@ -272,7 +272,7 @@ class Dispatcher:
                         continue
                     stmt = self._stmt(queues, actors, min(limit, left), skip)
                     result = await conn.execute(stmt, params)
-                    found = [dict(r) for r in result.mappings()]
+                    found = [ClaimedJob.from_row(r) for r in result.mappings()]
                     others += 0 if planned else len(found)
                     rows.extend(found)
                 if plan is not None and any(
@@ -365,32 +365,36 @@ class Dispatcher:
 
     # -- running --------------------------------------------------------------------
 
-    def _job(self, row: dict[str, Any]) -> RunningJob:
-        ref = self.actors[row["actor"]]
-        problem = decode_claimed(row)
-        if ref.name in self.stored_ttl:
-            row["_result_ttl_s"] = self.stored_ttl[ref.name]
-        return RunningJob(row=row, ref=ref, worker_id=self.worker_id, undecodable=problem)
+    def _job(self, claimed: ClaimedJob) -> RunningJob:
+        ref = self.actors[claimed.actor]
+        name = ref.name
+        if name in self.stored_ttl:
+            claimed.result_ttl_s = self.stored_ttl[name]
+        elif ref.result_ttl is not None:
+            claimed.result_ttl_s = ref.result_ttl.total_seconds()
+        return RunningJob(claimed=claimed, ref=ref, worker_id=self.worker_id)
 
     async def _admit(self, jobs: list[RunningJob]) -> list[RunningJob]:
         """Acquire each job's per-job limits; the denied ones are parked, not started."""
         gate = self.gate
         if gate is None:
             return jobs
-        needy = [job for job in jobs if job.undecodable is None and gate.needs_admission(job)]
+        needy = [
+            job for job in jobs if job.claimed.undecodable is None and gate.needs_admission(job)
+        ]
         if not needy:
             return jobs
         admitted = {id(job) for job in await gate.admit(needy)}
         needy_ids = {id(job) for job in needy}
         return [job for job in jobs if id(job) not in needy_ids or id(job) in admitted]
 
-    def _start(self, row: dict[str, Any], *, start: bool = True) -> None:
-        self._start_job(self._job(row), start=start)
+    def _start(self, claimed: ClaimedJob, *, start: bool = True) -> None:
+        self._start_job(self._job(claimed), start=start)
 
     def _start_job(self, job: RunningJob, *, start: bool = True) -> None:
         self.inflight[job.id] = job
         self.claimed_total += 1
-        problem = job.undecodable
+        problem = job.claimed.undecodable
         if problem is not None:  # fail this row unrun; the rest of the batch runs
             _log.error(
                 "worker-job-undecodable",
@@ -400,13 +404,25 @@ class Dispatcher:
             )
             error_class = type(problem).__name__
             self.completer.submit(
-                Outcome(job, "failed", "failed", error_class=error_class, error=str(problem))
+                Outcome(
+                    job,
+                    OutcomeKind.FAILED,
+                    AttemptOutcome.FAILED,
+                    error_class=error_class,
+                    error=str(problem),
+                )
             )
             return
         if not start:
             job.cancel_reason = "shutdown"
             self.completer.submit(
-                Outcome(job, "release", "retried", error_class="WorkerShutdown", error="released")
+                Outcome(
+                    job,
+                    OutcomeKind.RELEASE,
+                    AttemptOutcome.RETRIED,
+                    error_class="WorkerShutdown",
+                    error="released",
+                )
             )
             return
         self.running[job.id] = job
@@ -417,14 +433,18 @@ class Dispatcher:
     async def _run_job(self, job: RunningJob) -> None:
         try:
             link = self.settings.otel_process_parent == "link"
-            with process_span(job.row, job.ref.name, link=link) as span:
+            with process_span(job.claimed, job.ref.name, link=link) as span:
                 job.span = span
                 outcome = await execute(job, self.env)
                 mark_span(span, outcome.kind, outcome.error_class)
         except BaseException as exc:  # a bug in the worker itself: never lose the row
             _log.exception("worker-execute-crashed", job_id=str(job.id), actor=job.ref.name)
             outcome = Outcome(
-                job, "release", "crashed", error_class=type(exc).__name__, error=str(exc)
+                job,
+                OutcomeKind.RELEASE,
+                AttemptOutcome.CRASHED,
+                error_class=type(exc).__name__,
+                error=str(exc),
             )
         finally:
             if self.gate is not None:
@@ -457,7 +477,7 @@ class Dispatcher:
 
     def _written(self, outcome: Outcome) -> None:
         job = outcome.job
-        if outcome.kind == "release" and outcome.hold_s is not None:
+        if outcome.kind == OutcomeKind.RELEASE and outcome.hold_s is not None:
             self.held.add(job)
         current = self.inflight.get(job.id)
         if current is job:

@@ -22,7 +22,7 @@ from taskq.context import JobContext
 from taskq.exceptions import ReservationUnavailable, ScheduleToCloseTimeout, StartToCloseTimeout
 from taskq.retry import decide_retry
 from taskq.worker.cancel import CANCEL_ABANDONED, CANCELLED_COOPERATIVELY, CANCELLED_FORCED
-from taskq.worker.state import Outcome, RunningJob
+from taskq.worker.state import AttemptOutcome, Outcome, OutcomeKind, RunningJob
 from taskq.worker.telemetry import record_exception, record_throttled
 from taskq.worker.transactions import JobTransaction, JobTransactions, wants_transaction
 
@@ -79,16 +79,16 @@ def _summary(exc: BaseException) -> str:
 
 
 def _timeout_s(job: RunningJob, env: AttemptEnv) -> float | None:
-    row = job.row
-    if row.get("start_to_close_s") is not None:
-        start_to_close: float | None = float(row["start_to_close_s"])
+    claimed = job.claimed
+    if claimed.start_to_close_s is not None:
+        start_to_close: float | None = float(claimed.start_to_close_s)
     elif job.ref.start_to_close is not None:
         start_to_close = job.ref.start_to_close.total_seconds()
     elif env.default_start_to_close is not None:
         start_to_close = env.default_start_to_close.total_seconds()
     else:
         start_to_close = None
-    deadline: datetime | None = row.get("deadline_at")
+    deadline = claimed.deadline_at
     if deadline is None:
         return start_to_close
     left = (deadline - datetime.now(UTC)).total_seconds()
@@ -102,7 +102,7 @@ def _build_ctx(job: RunningJob, payload: Any, env: AttemptEnv) -> JobContext[Any
     ctx: JobContext[Any] = JobContext(
         job_id=job.id,
         actor=ref.name,
-        queue=job.row["queue"],
+        queue=job.claimed.queue,
         attempt=job.attempt,
         worker_id=job.worker_id,
         payload=payload,
@@ -147,7 +147,7 @@ async def execute(job: RunningJob, env: AttemptEnv) -> Outcome:
     timed_out = False
     tx: JobTransaction | None = None
     try:
-        payload = ref.validate_payload(job.row["payload"])
+        payload = ref.validate_payload(job.claimed.payload)
         if ref.wants_ctx:
             job.ctx = _build_ctx(job, payload, env)
         if job.cancel_reason is not None:
@@ -172,9 +172,13 @@ async def execute(job: RunningJob, env: AttemptEnv) -> Outcome:
                 timed_out = True
                 raise StartToCloseTimeout(ref.name, job.id, timeout) from None
         dumped = ref.dump_result(result)
-        ttl_s = _result_ttl(job)
         outcome = Outcome(
-            job, "succeeded", "succeeded", result=dumped, result_value=result, ttl_s=ttl_s
+            job,
+            OutcomeKind.SUCCEEDED,
+            AttemptOutcome.SUCCEEDED,
+            result=dumped,
+            result_value=result,
+            ttl_s=job.claimed.result_ttl_s,
         )
         if tx is None:
             return outcome
@@ -195,8 +199,8 @@ async def execute(job: RunningJob, env: AttemptEnv) -> Outcome:
         record_throttled(job, exc)
         return Outcome(
             job,
-            "snooze",
-            "snoozed",
+            OutcomeKind.SNOOZE,
+            AttemptOutcome.SNOOZED,
             error_class=type(exc).__name__,
             error=str(exc),
             delay_s=exc.retry_after.total_seconds(),
@@ -222,21 +226,13 @@ async def execute(job: RunningJob, env: AttemptEnv) -> Outcome:
                 )
 
 
-def _result_ttl(job: RunningJob) -> float | None:
-    stored = job.row.get("_result_ttl_s", "unset")
-    if stored != "unset":
-        return None if stored is None else float(stored)
-    ttl = job.ref.result_ttl
-    return ttl.total_seconds() if ttl is not None else None
-
-
 def _cancelled(job: RunningJob, exc: BaseException, env: AttemptEnv) -> Outcome:
     if job.cancel_reason in ("shutdown", "isolated"):
         hold = env.hold_s() if job.thread_alive() else None
         return Outcome(
             job,
-            "release",
-            "retried",
+            OutcomeKind.RELEASE,
+            AttemptOutcome.RETRIED,
             error_class="WorkerShutdown" if job.cancel_reason == "shutdown" else "WorkerIsolated",
             error="attempt interrupted by the worker; released to the queue",
             hold_s=hold,
@@ -250,8 +246,8 @@ def _cancelled(job: RunningJob, exc: BaseException, env: AttemptEnv) -> Outcome:
             error_class = CANCELLED_COOPERATIVELY
         return Outcome(
             job,
-            "cancelled",
-            "cancelled",
+            OutcomeKind.CANCELLED,
+            AttemptOutcome.CANCELLED,
             error_class=error_class,
             error="job cancelled",
             traceback=None if isinstance(exc, asyncio.CancelledError) else _summary(exc),
@@ -262,40 +258,40 @@ def _cancelled(job: RunningJob, exc: BaseException, env: AttemptEnv) -> Outcome:
 
 def _failure(job: RunningJob, exc: BaseException, timed_out: bool) -> Outcome:
     ref = job.ref
-    row = job.row
+    claimed = job.claimed
     if isinstance(exc, ScheduleToCloseTimeout):
         return Outcome(
             job,
-            "failed",
-            "failed",
+            OutcomeKind.FAILED,
+            AttemptOutcome.FAILED,
             error_class=type(exc).__name__,
             error=str(exc),
             budget=1,
             exception=exc,
         )
-    created: datetime | None = row.get("created_at")
+    created = claimed.created_at
     elapsed = datetime.now(UTC) - created if created is not None else timedelta(0)
-    stc = row.get("schedule_to_close_s")
+    stc = claimed.schedule_to_close_s
     decision = decide_retry(
         ref.retry,
         exc,
         attempt=job.attempt,
-        budget_used=int(row.get("budget_used") or 0),
+        budget_used=int(claimed.budget_used or 0),
         elapsed=elapsed,
         schedule_to_close=timedelta(seconds=stc) if stc is not None else None,
         non_retryable_exceptions=ref.non_retryable_exceptions,
         retry_classifier=ref.retry_classifier,
         rng=random,
     )
-    max_attempts = row.get("max_attempts")
+    max_attempts = claimed.max_attempts
     if (
         decision.action == "retry"
         and max_attempts is not None
         and ref.retry.kind == "transient"
-        and int(row.get("budget_used") or 0) + (1 if decision.consume_budget else 0) >= max_attempts
+        and int(claimed.budget_used or 0) + (1 if decision.consume_budget else 0) >= max_attempts
     ):
         decision = type(decision)("fail", None, decision.consume_budget, "exhausted")
-    deadline: datetime | None = row.get("deadline_at")
+    deadline = claimed.deadline_at
     if (
         decision.action != "fail"
         and deadline is not None
@@ -310,13 +306,18 @@ def _failure(job: RunningJob, exc: BaseException, timed_out: bool) -> Outcome:
     delay_s = decision.delay.total_seconds() if decision.delay is not None else None
     if decision.action == "snooze":
         return Outcome(
-            job, "snooze", "snoozed", error_class=error_class, error=text, delay_s=delay_s
+            job,
+            OutcomeKind.SNOOZE,
+            AttemptOutcome.SNOOZED,
+            error_class=error_class,
+            error=text,
+            delay_s=delay_s,
         )
     if decision.action == "retry":
         return Outcome(
             job,
-            "retry",
-            "retried",
+            OutcomeKind.RETRY,
+            AttemptOutcome.RETRIED,
             error_class=error_class,
             error=text,
             traceback=summary,
@@ -334,8 +335,8 @@ def _failure(job: RunningJob, exc: BaseException, timed_out: bool) -> Outcome:
     )
     return Outcome(
         job,
-        "failed",
-        "failed",
+        OutcomeKind.FAILED,
+        AttemptOutcome.FAILED,
         error_class=error_class,
         error=text,
         traceback=summary,

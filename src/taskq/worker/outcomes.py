@@ -37,7 +37,7 @@ from taskq.db.queries import dispatch as dq
 from taskq.db.queries import worker as wq
 from taskq.storable_json import storable_text
 from taskq.worker.shutdown import pause
-from taskq.worker.state import Outcome
+from taskq.worker.state import AttemptOutcome, Outcome, OutcomeKind
 from taskq.worker.telemetry import settle_span
 
 __all__ = ["NOT_STORABLE", "Completer", "run_hook"]
@@ -214,8 +214,8 @@ class Completer:
         job = outcome.job
         refused = storable_text(str(exc.orig))
         _log_outcome(_log.error, "worker-outcome-refused", outcome, error=refused)
-        if outcome.kind == "succeeded":
-            outcome.kind, outcome.attempt_outcome = "failed", "failed"
+        if outcome.kind == OutcomeKind.SUCCEEDED:
+            outcome.kind, outcome.attempt_outcome = OutcomeKind.FAILED, AttemptOutcome.FAILED
             outcome.error_class, outcome.result_value = NOT_STORABLE, None
         was = f" (the attempt raised {outcome.error_class})" if outcome.error else ""
         outcome.error = f"the database refused this attempt's outcome: {refused}{was}"
@@ -249,7 +249,7 @@ class Completer:
             params = self._params(outcome)
             params["b_seq"] = outcome.seq
             records.append(params)
-            if outcome.kind == "release":
+            if outcome.kind == OutcomeKind.RELEASE:
                 releases.append({**params, "b_hold_s": outcome.hold_s})
                 continue
             finishes.append(
@@ -323,15 +323,19 @@ class Completer:
             self.on_event(outcome)
         if ref.on_success is None and ref.on_retry_exhausted is None and ref.on_cancel is None:
             return
-        row = {**job.row, "status": outcome.row_status, "error_class": outcome.error_class}
-        if outcome.kind == "succeeded" and ref.on_success is not None:
+        row = job.claimed.columns()
+        row["status"] = outcome.row_status
+        row["error_class"] = outcome.error_class
+        if job.sub_enqueue_error is not None:
+            row["sub_enqueue_error"] = job.sub_enqueue_error
+        if outcome.kind == OutcomeKind.SUCCEEDED and ref.on_success is not None:
             self._spawn(
                 run_hook(
                     "on_success", ref.on_success, ref.on_success_timeout, row, outcome.result_value
                 )
             )
         elif (
-            outcome.kind == "failed"
+            outcome.kind == OutcomeKind.FAILED
             and ref.on_retry_exhausted is not None
             and outcome.exception is not None
         ):
@@ -344,7 +348,7 @@ class Completer:
                     outcome.exception,
                 )
             )
-        elif outcome.kind == "cancelled" and ref.on_cancel is not None:
+        elif outcome.kind == OutcomeKind.CANCELLED and ref.on_cancel is not None:
             self._spawn(run_hook("on_cancel", ref.on_cancel, ref.on_cancel_timeout, row))
 
     def _spawn(self, coro: Any) -> None:

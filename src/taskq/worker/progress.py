@@ -40,20 +40,20 @@ from taskq.db.queries import worker as wq
 from taskq.exceptions import ProgressTooLarge
 from taskq.outage_log import OutageLog
 from taskq.progress import event_message, progress_channel
-from taskq.worker.state import Outcome, RunningJob
+from taskq.worker.state import Outcome, OutcomeKind, RunningJob
 
 __all__ = ["Progress", "progress_channel"]
 
 _log = structlog.get_logger("taskq.worker")
 
 
-_EVENT_NAMES = {
-    "succeeded": "succeeded",
-    "failed": "failed",
-    "cancelled": "cancelled",
-    "retry": "retried",
-    "snooze": "snoozed",
-    "release": "released",
+_EVENT_NAMES: dict[str, str] = {
+    OutcomeKind.SUCCEEDED: "succeeded",
+    OutcomeKind.FAILED: "failed",
+    OutcomeKind.CANCELLED: "cancelled",
+    OutcomeKind.RETRY: "retried",
+    OutcomeKind.SNOOZE: "snoozed",
+    OutcomeKind.RELEASE: "released",
 }
 
 

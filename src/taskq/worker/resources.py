@@ -359,7 +359,7 @@ class Limits:
         from taskq.ratelimit import ReservationHandle
 
         taken = _Acquired(job.id)
-        cap = self.queue_caps.get(job.row["queue"])
+        cap = self.queue_caps.get(job.claimed.queue)
         if cap is not None:
             taken.caps.append((cap, await cap.acquire(job.id, self._worker_id, pool=self._engine)))
         ref = job.ref

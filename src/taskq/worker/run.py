@@ -51,7 +51,7 @@ from taskq.worker.progress import Progress
 from taskq.worker.queues import claimed_queues
 from taskq.worker.resources import Dependencies, Limits, resolve_rate_limit_registry
 from taskq.worker.shutdown import WATCHDOG_TAIL_S, Phase, ShutdownState, Watchdog, pause
-from taskq.worker.state import Outcome, RunningJob
+from taskq.worker.state import AttemptOutcome, Outcome, OutcomeKind, RunningJob
 from taskq.worker.subjobs import AutonomousCounter, SubJobs
 from taskq.worker.sweep import Sweeper
 from taskq.worker.telemetry import publish_queue_depth, watch_slots
@@ -492,8 +492,8 @@ class Worker:
             d.completer.submit(
                 Outcome(
                     job,
-                    "release",
-                    "retried",
+                    OutcomeKind.RELEASE,
+                    AttemptOutcome.RETRIED,
                     error_class="WorkerShutdown",
                     error="released",
                     hold_s=self._hold_s(),

@@ -1,8 +1,9 @@
 """What the worker keeps in memory about one claimed attempt, and how an attempt ended.
 
 :class:`RunningJob` is created at claim time and lives until its end is committed.
-:class:`Outcome` is what execution hands to the completer: the row's next status and the
-attempt's record. Both are plain data shared by dispatch, execute, cancel and shutdown.
+:class:`Outcome` is what execution hands to the completer: the row's next step
+(:class:`OutcomeKind`) and the attempt's record (:class:`AttemptOutcome`). Both are plain
+data shared by dispatch, execute, cancel and shutdown.
 """
 
 from __future__ import annotations
@@ -12,21 +13,26 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Literal
 from uuid import UUID
 
 from taskq.actor import ActorRef
 from taskq.context import JobContext
 from taskq.storable_json import storable_text
+from taskq.worker.claimed import ClaimedJob
 
-__all__ = ["CancelReason", "Outcome", "RunningJob"]
+if TYPE_CHECKING:
+    from taskq.exceptions import SubEnqueueError
+
+__all__ = ["AttemptOutcome", "CancelReason", "Outcome", "OutcomeKind", "RunningJob"]
 
 CancelReason = Literal["job", "shutdown", "isolated"]
 
 
 @dataclass(eq=False)
 class RunningJob:
-    """One claimed attempt: the claimed row's fields plus its live handles.
+    """One claimed attempt: its :class:`~taskq.worker.claimed.ClaimedJob` plus its live handles.
 
     ``cancel_reason`` says who asked the attempt to stop (a job cancel, the worker's
     shutdown, or ``isolate_self``); ``cancel_phase`` is how far the ladder went locally
@@ -34,7 +40,7 @@ class RunningJob:
     thread as it exits, whatever happened to the await.
     """
 
-    row: dict[str, Any]
+    claimed: ClaimedJob
     ref: ActorRef[Any, Any]
     worker_id: UUID
     claimed_mono: float = field(default_factory=time.monotonic)
@@ -58,9 +64,9 @@ class RunningJob:
     children the job's transaction inserts when the actor succeeds."""
     tx: Any = None
     """This attempt's :class:`taskq.worker.transactions.JobTransaction`, if it has one."""
-    undecodable: Exception | None = None
-    """Why the claimed row cannot run as stored (:class:`taskq.exceptions.UndecodableJob`):
-    the row is failed unrun, without admission, and the rest of its batch runs."""
+    sub_enqueue_error: SubEnqueueError | None = None
+    """The children the store refused when the job's transaction committed its success
+    (``on_success`` gets it in its row as ``sub_enqueue_error``)."""
 
     @property
     def cancel_event(self) -> asyncio.Event:
@@ -79,20 +85,17 @@ class RunningJob:
     @property
     def id(self) -> UUID:
         """The job id."""
-        job_id: UUID = self.row["id"]
-        return job_id
+        return self.claimed.id
 
     @property
     def attempt(self) -> int:
         """The attempt number this claim started (the fencing token with the worker id)."""
-        attempt: int = self.row["attempt"]
-        return attempt
+        return self.claimed.attempt
 
     @property
     def started_at(self) -> datetime | None:
         """When the store's clock saw the claim."""
-        value: datetime | None = self.row.get("started_at")
-        return value
+        return self.claimed.started_at
 
     @property
     def seq(self) -> int:
@@ -103,7 +106,7 @@ class RunningJob:
         and the attempt's end take the next one, and the row is written with the last.
         """
         if self._seq is None:
-            self._seq = int(self.row.get("progress_seq") or 0)
+            self._seq = int(self.claimed.progress_seq or 0)
         return self._seq
 
     def next_seq(self) -> int:
@@ -135,7 +138,32 @@ class RunningJob:
             self.task.cancel()
 
 
-OutcomeKind = Literal["succeeded", "failed", "cancelled", "retry", "snooze", "release"]
+class OutcomeKind(StrEnum):
+    """What an attempt's end does to its row (:attr:`Outcome.row_status`)."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    RETRY = "retry"
+    """Rescheduled after a delay, spending retry budget (``scheduled``)."""
+    SNOOZE = "snooze"
+    """Rescheduled after a delay, spending none (``scheduled``)."""
+    RELEASE = "release"
+    """Handed back to the queue by the worker itself (``pending``, or ``scheduled`` when
+    held while a thread still runs): shutdown, isolation, a crash of the worker."""
+
+
+class AttemptOutcome(StrEnum):
+    """The ``job_attempts.outcome`` an attempt's end records (a subset of
+    :data:`taskq.constants.ATTEMPT_OUTCOMES`: ``running`` is the claim's)."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    RETRIED = "retried"
+    SNOOZED = "snoozed"
+    CANCELLED = "cancelled"
+    CRASHED = "crashed"
+    ABANDONED = "abandoned"
 
 
 @dataclass(eq=False)
@@ -151,7 +179,7 @@ class Outcome:
 
     job: RunningJob
     kind: OutcomeKind
-    attempt_outcome: str
+    attempt_outcome: AttemptOutcome
     result: Any = None
     result_value: Any = None
     error_class: str | None = None
@@ -182,8 +210,9 @@ class Outcome:
     @property
     def row_status(self) -> str:
         """The job row's status after this outcome is written."""
-        if self.kind in ("retry", "snooze"):
+        kind = self.kind
+        if kind == OutcomeKind.RETRY or kind == OutcomeKind.SNOOZE:
             return "scheduled"
-        if self.kind == "release":
+        if kind == OutcomeKind.RELEASE:
             return "pending" if self.hold_s is None else "scheduled"
-        return self.kind
+        return str(kind)

@@ -38,10 +38,13 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from taskq import otel_semconv as sc
 from taskq.telemetry import denied_primitive, metrics_on, record_operation, tracing_on
+
+if TYPE_CHECKING:
+    from taskq.worker.claimed import ClaimedJob
 
 __all__ = [
     "admission_span",
@@ -75,8 +78,6 @@ except ImportError:  # pragma: no cover - the otel extra is optional
 
 _NO_SPAN: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
 """What a span helper returns when tracing is off (shared: nothing made per job)."""
-_RX = "_otel_receive"
-"""The row key under which a claimed row carries its receive span's context."""
 
 if trace is not None:
     _tracer = trace.get_tracer("taskq.worker")
@@ -142,11 +143,11 @@ def claim_started() -> int:
     return time.time_ns() if tracing_on() or metrics_on() else 0
 
 
-def record_received(queues: Sequence[str], rows: Sequence[dict[str, Any]], started_ns: int) -> None:
+def record_received(queues: Sequence[str], rows: Sequence[ClaimedJob], started_ns: int) -> None:
     """The ``receive`` span and metrics of one claim of ``rows`` (none when it was empty)."""
     if not started_ns or not rows:
         return
-    by_queue = Counter(str(row["queue"]) for row in rows)
+    by_queue = Counter(str(row.queue) for row in rows)
     if tracing_on():
         names = set(by_queue) if by_queue else set(queues)
         one = next(iter(names)) if len(names) == 1 else None
@@ -161,7 +162,7 @@ def record_received(queues: Sequence[str], rows: Sequence[dict[str, Any]], start
         span.end()
         receive = span.get_span_context()
         for row in rows:
-            row[_RX] = receive
+            row.receive = receive
     if metrics_on():
         seconds = (time.time_ns() - started_ns) / 1e9
         now = datetime.now(UTC)
@@ -169,26 +170,26 @@ def record_received(queues: Sequence[str], rows: Sequence[dict[str, Any]], start
             _consumed.add(n, sc.metric_attributes("receive", queue))
             record_operation("receive", queue, seconds)
         for row in rows:
-            ready: datetime | None = row.get("scheduled_at")
+            ready = row.scheduled_at
             if ready is not None:
                 waited = max(0.0, (now - ready).total_seconds())
-                _latency.record(waited, {"actor": row["actor"], "queue": row["queue"]})
+                _latency.record(waited, {"actor": row.actor, "queue": row.queue})
 
 
 # -- process ------------------------------------------------------------------------
 
 
 @contextlib.contextmanager
-def process_span(row: dict[str, Any], actor: str, *, link: bool = False) -> Iterator[Any]:
+def process_span(row: ClaimedJob, actor: str, *, link: bool = False) -> Iterator[Any]:
     """The ``process {queue}`` span of one attempt, current while it runs (``None`` when
     tracing is off). ``link``: a new trace linked to the creation context, not its child."""
     if not tracing_on():
         yield None  # no SDK configured: skip even OpenTelemetry's no-op span machinery
         return
-    carrier = row.get("trace_context")
+    carrier = row.trace_context
     creation = extract(carrier) if carrier else context.Context()
     links = []
-    receive = row.get(_RX)
+    receive = row.receive
     if receive is not None:
         links.append(Link(receive))
     base = creation
@@ -199,11 +200,11 @@ def process_span(row: dict[str, Any], actor: str, *, link: bool = False) -> Iter
         base = context.Context()
         for key, value in baggage.get_all(creation).items():
             base = baggage.set_baggage(key, value, base)
-    queue = str(row.get("queue"))
+    queue = str(row.queue)
     attributes = sc.span_attributes("process", queue)
-    attributes[sc.MESSAGE_ID] = str(row["id"])
+    attributes[sc.MESSAGE_ID] = str(row.id)
     attributes["taskq.actor"] = actor
-    attributes["taskq.attempt"] = int(row["attempt"])
+    attributes["taskq.attempt"] = int(row.attempt)
     # The stored baggage is current for the actor; a job that stored nothing skips it.
     token = context.attach(base) if carrier else None
     try:
@@ -263,14 +264,14 @@ def record_throttled(job: Any, exc: Any) -> None:
         span.set_attribute("taskq.throttled.retry_after_s", seconds)
     if metrics_on():
         _throttled.record(
-            seconds, {"primitive": primitive, "actor": job.ref.name, "queue": job.row["queue"]}
+            seconds, {"primitive": primitive, "actor": job.ref.name, "queue": job.claimed.queue}
         )
 
 
 # -- admission (parking) --------------------------------------------------------------
 
 
-def admission_span(row: dict[str, Any], actor: str) -> contextlib.AbstractContextManager[Any]:
+def admission_span(row: ClaimedJob, actor: str) -> contextlib.AbstractContextManager[Any]:
     """The ``admit {queue}`` span of one claimed job's per-job admission, current while
     its limits are acquired (``None``, and nothing made, when tracing is off)."""
     if not tracing_on():
@@ -279,17 +280,17 @@ def admission_span(row: dict[str, Any], actor: str) -> contextlib.AbstractContex
 
 
 @contextlib.contextmanager
-def _admission_span(row: dict[str, Any], actor: str) -> Iterator[Any]:
-    carrier = row.get("trace_context")
+def _admission_span(row: ClaimedJob, actor: str) -> Iterator[Any]:
+    carrier = row.trace_context
     creation = extract(carrier) if carrier else context.Context()
-    queue = str(row.get("queue"))
+    queue = str(row.queue)
     attributes = sc.span_attributes("admit", queue)
-    attributes[sc.MESSAGE_ID] = str(row["id"])
+    attributes[sc.MESSAGE_ID] = str(row.id)
     attributes["taskq.actor"] = actor
-    waited = row.get("waiting_on")
+    waited = row.waiting_on
     if waited is not None:  # parked before, on this
         attributes["taskq.waited_on"] = str(waited)
-    receive = row.get(_RX)
+    receive = row.receive
     with _tracer.start_as_current_span(
         sc.span_name("admit", queue),
         context=creation,
@@ -322,7 +323,7 @@ def record_parked(parks: Iterable[tuple[Any, str, float]]) -> None:
         return
     for job, primitive, delay_s in parks:
         _throttled.record(
-            delay_s, {"primitive": primitive, "actor": job.ref.name, "queue": job.row["queue"]}
+            delay_s, {"primitive": primitive, "actor": job.ref.name, "queue": job.claimed.queue}
         )
 
 
@@ -335,7 +336,7 @@ def record_attempt(job: Any, outcome: Any, seconds: float) -> None:
         return
     attributes = sc.metric_attributes(
         "process",
-        job.row["queue"],
+        job.claimed.queue,
         outcome.error_class if outcome.kind in _ERROR_KINDS else None,
     )
     attributes["taskq.actor"] = job.ref.name
@@ -349,7 +350,7 @@ def _count_settled(outcomes: Sequence[Any]) -> None:
         job = outcome.job
         ended[(job.ref.name, outcome.kind)] += 1
         if outcome.kind == "retry":
-            retried[(job.ref.name, str(job.row["queue"]))] += 1
+            retried[(job.ref.name, str(job.claimed.queue))] += 1
     for (actor, status), n in ended.items():
         _completed.add(n, {"actor": actor, "status": status})
     for (actor, queue), n in retried.items():
@@ -369,7 +370,7 @@ def settle_span(outcomes: Sequence[Any]) -> contextlib.AbstractContextManager[An
 
 @contextlib.contextmanager
 def _settle_span(outcomes: Sequence[Any]) -> Iterator[Any]:
-    queues = {str(o.job.row["queue"]) for o in outcomes}
+    queues = {str(o.job.claimed.queue) for o in outcomes}
     one = next(iter(queues)) if len(queues) == 1 else None
     started = time.perf_counter()
     if tracing_on():

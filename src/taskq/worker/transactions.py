@@ -256,7 +256,7 @@ def _record_sub_enqueue_error(outcome: Outcome, error: SubEnqueueError) -> None:
     )
     outcome.error_class = "SubEnqueueError"
     outcome.error = storable_text(f"{len(items)} sub-job(s) were not enqueued: {reasons}")
-    job.row["sub_enqueue_error"] = error
+    job.sub_enqueue_error = error
     _log.error(
         "sub_enqueue_failed",
         job_id=str(job.id),

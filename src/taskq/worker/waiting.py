@@ -39,6 +39,7 @@ from taskq.db.queries import dispatch as dq
 from taskq.db.queries import ratelimit as rq
 from taskq.exceptions import ReservationUnavailable
 from taskq.worker.admission import Admission, Prepaid, RateGate
+from taskq.worker.claimed import ClaimedJob
 from taskq.worker.resources import Limits
 from taskq.worker.state import RunningJob
 from taskq.worker.telemetry import admission_span, mark_admission, record_parked
@@ -240,9 +241,7 @@ class Gatekeeper:
             return
         self.admission.seen_free(name for name, free in rows if free and int(free) > 0)
 
-    async def assign(
-        self, conn: AsyncConnection, plan: Plan, rows: Sequence[dict[str, Any]]
-    ) -> None:
+    async def assign(self, conn: AsyncConnection, plan: Plan, rows: Sequence[ClaimedJob]) -> None:
         """Give each claimed job of a planned actor what was taken for it, and tie its
         reservation slots to it, in the claim's own transaction (a slot row then names
         its job from the moment the job is ``running``)."""
@@ -250,16 +249,16 @@ class Gatekeeper:
 
         attach: list[dict[str, Any]] = []
         for row in rows:
-            paid = plan.paid.get(row["actor"])
+            paid = plan.paid.get(row.actor)
             if paid is None or paid.granted <= 0:
                 continue
-            handles = paid.take_one(row["id"], self._worker_id)
-            row["_prepaid"] = handles
+            handles = paid.take_one(row.id, self._worker_id)
+            row.prepaid = handles
             attach += [
                 {
                     "b_name": h.name,
                     "b_slot": h.slot_index,
-                    "b_job": row["id"],
+                    "b_job": row.id,
                     "b_worker": self._worker_id,
                 }
                 for h in handles
@@ -268,23 +267,23 @@ class Gatekeeper:
         if attach:
             await conn.execute(self._attach, attach)
 
-    async def settle(self, plan: Plan, rows: Sequence[dict[str, Any]] = ()) -> None:
+    async def settle(self, plan: Plan, rows: Sequence[ClaimedJob] = ()) -> None:
         """Give back what was taken for jobs the claim did not find. An actor the claim
         found nothing for is marked dry (a short claim alone may be a race with another
         worker's claim, not an empty backlog)."""
-        found = {row["actor"] for row in rows}
+        found = {row.actor for row in rows}
         for actor, paid in plan.paid.items():
             if paid.granted > 0:
                 if actor not in found:
                     self._dry[actor] = time.monotonic()  # look before paying again
                 await self.admission.settle(paid)
 
-    async def drop(self, rows: Sequence[dict[str, Any]]) -> None:
+    async def drop(self, rows: Sequence[ClaimedJob]) -> None:
         """Give back what was taken for claimed jobs that will not start (shutdown, or a
         claim rolled back: then the slot rows it made are not certain either)."""
         self._ensured.clear()
         for row in rows:
-            await self.admission.refund(row.pop("_prepaid", []))
+            await self.admission.refund(row.take_prepaid())
 
     def wait_s(self, poll_s: float, free: int) -> float:
         """How long the claim loop may sleep: the poll, or less when a gate opens sooner
@@ -303,10 +302,10 @@ class Gatekeeper:
         """True when the job takes something per job (a cap, a reservation, a keyed limit)."""
         ref = job.ref
         return bool(
-            job.row["queue"] in self.limits.queue_caps
+            job.claimed.queue in self.limits.queue_caps
             or ref.reservations
             or self._keyed_rates[ref.name]
-            or job.row.get("_prepaid")
+            or job.claimed.prepaid
         )
 
     async def admit(self, jobs: list[RunningJob]) -> list[RunningJob]:
@@ -328,7 +327,7 @@ class Gatekeeper:
         the attempt reports that)."""
         ref = job.ref
         out: dict[str, Any] = {}
-        payload = job.row["payload"]
+        payload = job.claimed.payload
         entries: list[Any] = [*self._keyed_slots[ref.name], *self._keyed_rates[ref.name]]
         try:
             for entry in entries:
@@ -338,7 +337,7 @@ class Gatekeeper:
         return out
 
     async def _admit_one(self, job: RunningJob) -> _Park | None:
-        with admission_span(job.row, job.ref.name) as span:
+        with admission_span(job.claimed, job.ref.name) as span:
             park = await self._admit_job(job)
             if span is not None:
                 mark_admission(
@@ -350,11 +349,11 @@ class Gatekeeper:
         from taskq.ratelimit import KeyedRateLimitRef, ReservationHandle
 
         adm = self.admission
-        row = job.row
-        prepaid = row.pop("_prepaid", [])
+        row = job.claimed
+        prepaid = row.take_prepaid()
         ref = job.ref
         keyed: dict[str, Any] = self._keyed_names(job)
-        waited = row.get("waiting_on")
+        waited = row.waiting_on
         blocked = adm.keyed_block(name for name in keyed if name != waited)
         if blocked is not None:
             await adm.refund(prepaid)
@@ -365,7 +364,7 @@ class Gatekeeper:
         try:
             taken = await self.limits.acquire(
                 job,
-                row["payload"],
+                row.payload,
                 prepaid=prepaid,
                 rate_limits=self._keyed_rates[ref.name],
                 reservations=self._keyed_slots[ref.name],

@@ -161,12 +161,19 @@ async def test_a_job_claimed_again_while_the_renewal_ran_is_not_taken_for_lost(
     again (attempt 2, same id). Attempt 2 was never looked at: it must keep running."""
     from types import SimpleNamespace
 
+    from taskq.worker.claimed import ClaimedJob
     from taskq.worker.heartbeat import Heartbeat
     from taskq.worker.state import RunningJob
 
     job_id, worker = uuid4(), uuid4()
-    before = RunningJob(row={"id": job_id, "attempt": 1}, ref=basic.noop, worker_id=worker)
-    again = RunningJob(row={"id": job_id, "attempt": 2}, ref=basic.noop, worker_id=worker)
+
+    def claimed(attempt: int) -> ClaimedJob:
+        return ClaimedJob(
+            id=job_id, actor=basic.noop.name, queue="default", payload={}, attempt=attempt
+        )
+
+    before = RunningJob(claimed=claimed(1), ref=basic.noop, worker_id=worker)
+    again = RunningJob(claimed=claimed(2), ref=basic.noop, worker_id=worker)
     dispatcher: Any = SimpleNamespace(inflight={job_id: again}, running={job_id: again})
     heartbeat = Heartbeat(
         engine, dispatcher, worker_id=worker, interval_s=1, lease_s=5, grace_s=1, renew_slots=False

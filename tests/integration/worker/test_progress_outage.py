@@ -9,6 +9,7 @@ from uuid import uuid4
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from taskq.worker.claimed import ClaimedJob
 from taskq.worker.progress import Progress
 from taskq.worker.state import RunningJob
 from tests.e2e.apps import basic
@@ -30,7 +31,9 @@ async def test_a_redis_outage_logs_once_and_counts_the_dropped_events(engine: As
     )
     jobs = [
         RunningJob(
-            row={"id": uuid4(), "attempt": 1, "progress_seq": 0},
+            claimed=ClaimedJob(
+                id=uuid4(), actor=basic.record.name, queue="default", payload={}, attempt=1
+            ),
             ref=basic.record,
             worker_id=uuid4(),
         )

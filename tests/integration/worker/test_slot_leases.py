@@ -27,6 +27,7 @@ from taskq.db.tables import reservation_slots
 from taskq.exceptions import ReservationUnavailable
 from taskq.ratelimit import ConcurrencyReservation, RateLimitRegistry
 from taskq.testing.clock import FakeClock
+from taskq.worker.claimed import ClaimedJob
 from taskq.worker.heartbeat import Heartbeat
 from taskq.worker.resources import Limits
 from taskq.worker.state import RunningJob
@@ -60,7 +61,8 @@ async def _holding(
     limits = Limits(engine, worker_settings(url), worker, RateLimitRegistry())
     limits.prepare([ref])
     await limits.boot([ref])
-    job = RunningJob(row={"id": uuid4(), "queue": "default"}, ref=ref, worker_id=worker)
+    claimed = ClaimedJob(id=uuid4(), actor=ref.name, queue="default", payload={}, attempt=1)
+    job = RunningJob(claimed=claimed, ref=ref, worker_id=worker)
     await limits.acquire(job, {})
     dispatcher = SimpleNamespace(inflight={job.id: job}, running={})
     heartbeat = Heartbeat(
