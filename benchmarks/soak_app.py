@@ -89,10 +89,10 @@ _MIX: tuple[tuple[ActorRef[Any, Any], float], ...] = (
 )
 
 
-def item(n: int) -> tuple[ActorRef[Any, Any], Item]:
-    """The ``n``-th job of the mix."""
-    ref, seconds = _MIX[n % len(_MIX)]
-    return ref, Item(n=n, seconds=seconds)
+def item(n: int, seconds: float | None = None) -> tuple[ActorRef[Any, Any], Item]:
+    """The ``n``-th job of the mix (``seconds``: its work, instead of the mix's)."""
+    ref, mixed = _MIX[n % len(_MIX)]
+    return ref, Item(n=n, seconds=mixed if seconds is None else seconds)
 
 
 def planned_attempts(n: int) -> int:
