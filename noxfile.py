@@ -13,6 +13,8 @@ Sessions (``nox -l`` lists them):
   every test exactly once. Extra arguments go to pytest: ``nox -s tests -- -x -k retry``.
 - ``chaos``: the fault suite (tests/chaos) with real worker processes and private servers;
   ``nox -s chaos -- --long`` runs its long form. The short form is part of ``tests`` too.
+- ``django-3.11`` / ``django-3.12``: Django's test runner on the test project, on Django
+  5.2 with the ``django-tasks`` backport and on Django 6.1. Not run by a bare ``nox``.
 - ``lint``: ``ruff check`` and ``ruff format --check`` over src tests tools alembic.
 - ``typecheck``: ``mypy`` (strict, over src, tests, tools, benchmarks and alembic; files and
   options from pyproject.toml).
@@ -29,6 +31,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -92,6 +96,44 @@ def chaos(session: nox.Session) -> None:
     if "--long" in session.posargs:
         env["TASKQ_CHAOS_LONG"] = "1"
     session.run("pytest", "-n", "0", "-s", *(args or ["tests/chaos"]), env=env)
+
+
+DJANGO_PYTHONS = ["3.11", "3.12"]
+
+
+def _interpreters_on_path(versions: list[str]) -> None:
+    """Put pyenv's interpreters of ``versions`` that do not run as ``pythonX.Y`` first on
+    PATH: pyenv's shims answer only for its active versions, and uv would rather download
+    an interpreter than skip a shim."""
+    root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    found = []
+    for version in versions:
+        exe = shutil.which(f"python{version}")
+        if (
+            exe
+            and subprocess.run([exe, "-c", ""], capture_output=True, check=False).returncode == 0
+        ):
+            continue
+        candidates = sorted(root.glob(f"{version}.*/bin"))
+        if candidates:
+            found.append(str(candidates[-1]))
+    if found:
+        os.environ["PATH"] = os.pathsep.join([*found, os.environ.get("PATH", "")])
+
+
+_interpreters_on_path(DJANGO_PYTHONS)
+
+
+@nox.session(python=DJANGO_PYTHONS, default=False)
+def django(session: nox.Session) -> None:
+    """Django's own test runner on the test project (tests/integration/frameworks/
+    test_django.py) on both supported Django lines: Python 3.11 resolves Django 5.2 with the
+    ``django-tasks`` backport, Python 3.12 Django 6.1 with ``django.tasks`` built in."""
+    install_project(session)
+    env = {"TASKQ_TEST_DATABASE_URL": SYSTEM_DATABASE_URL, "TASKQ_TEST_REDIS_URL": SYSTEM_REDIS_URL}
+    session.run("python", "-c", "import django; print('Django', django.get_version())")
+    args = session.posargs or ["tests/integration/frameworks/test_django.py"]
+    session.run("pytest", "-n", "0", "-p", "no:cacheprovider", *args, env=env)
 
 
 @nox.session(python=PYTHON)

@@ -8,6 +8,11 @@ as the default ``./taskq.db``) cannot leak between files either.
 
 - A block fenced as ```python (or ```py / ```pycon is NOT treated as code) runs.
 - A block fenced as ```python no-run is skipped (for fragments that cannot run alone).
+- A block with a ``title="path/to/file.py"`` (how the site shows a file's name above its
+  code) is also written to that file under the working directory, which is on
+  ``sys.path``: a page can have the reader create ``myapp/actors.py`` and a later block
+  (or a command the page shows, in a test of its own) import it. It then runs as any
+  block does.
 - Top-level ``await`` is allowed; all blocks of one file share one event loop.
 - A failing block is reported loudly with the file, the block's first line and the
   traceback (line numbers are the Markdown file's); the run continues with the next
@@ -41,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})(?P<info>[^`]*)$")
+TITLE = re.compile(r"""\btitle=(?P<q>["'])(?P<title>[^"']+)(?P=q)""")
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,12 @@ class Block:
     def language(self) -> str:
         words = self.info.split()
         return words[0].lower() if words else ""
+
+    @property
+    def title(self) -> str | None:
+        """The file the block is shown as (``title="..."`` in the fence), if any."""
+        match = TITLE.search(self.info)
+        return match["title"] if match else None
 
     @property
     def runnable(self) -> bool:
@@ -90,6 +102,20 @@ def extract_blocks(text: str) -> list[Block]:
     return blocks
 
 
+def write_titled(block: Block) -> None:
+    """Write a titled block to its file under the working directory (see the module doc)."""
+    title = block.title
+    if title is None or not title.endswith(".py"):
+        return
+    target = Path.cwd() / title
+    if Path(title).is_absolute() or ".." in Path(title).parts:
+        raise ValueError(f"a block's title must be a relative path, got {title!r}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(block.code, encoding="utf-8")
+    if str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+
+
 def run_file(path: Path) -> int:
     """Run one file's python blocks in order in one namespace; return the failure count."""
     every = extract_blocks(path.read_text(encoding="utf-8"))
@@ -102,6 +128,7 @@ def run_file(path: Path) -> int:
         for block in blocks:
             started = time.monotonic()
             try:
+                write_titled(block)
                 source = "\n" * (block.line - 1) + block.code
                 code = compile(source, str(path), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
                 result = eval(code, namespace)

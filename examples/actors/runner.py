@@ -42,7 +42,7 @@ MAX_ROWS = 20
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 
 Enqueue = Callable[[TaskQ], Awaitable[Iterable[UUID]]]
-During = Callable[[TaskQ], Awaitable[None]]
+During = Callable[[TaskQ], Awaitable[Iterable[UUID] | None]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,7 +181,9 @@ async def run(
     """Enqueue with ``enqueue(tq)`` (it returns the job ids), drain with a worker that runs
     ``actors`` on their queues, and return the :class:`Report`.
 
-    ``during(tq)`` runs while the worker drains (to cancel a job, watch progress, ...).
+    ``during(tq)`` runs while the worker drains (to cancel a job, watch progress, ...);
+    the job ids it returns (jobs the worker made itself, such as a schedule's ticks) are
+    drained and reported too.
     ``notes(tq, report)`` adds lines under the title once everything has finished.
     """
     from taskq.worker.run import Worker, configure_logging
@@ -208,8 +210,11 @@ async def run(
             started = time.monotonic()
             try:
                 while True:
-                    rows = await _read(engine, ids)
                     side_done = side is None or side.done()
+                    if side is not None and side_done and not side.cancelled():
+                        extra = side.result()  # its exception, if any, is the example's
+                        ids += [i for i in extra or () if i not in ids]
+                    rows = await _read(engine, ids)
                     if side_done and all(r.status in TERMINAL for r in rows):
                         break
                     if task.done():

@@ -9,17 +9,23 @@
 - ``migrate_tenant``: a long job that is running when the deploy's SIGTERM arrives; it
   raises when the worker asks it to stop, goes back to ``pending`` with no budget spent,
   and finishes on the next worker.
+- ``sync_inventory``, on its own queue ``fleet.inventory``: the job of the every-second
+  schedule ``INVENTORY_SCHEDULE`` that an operator stores during the demo. Its
+  ``max_pending=6`` is the schedule's backlog budget (a tick beyond it is refused), and the
+  schedule's ``missed="all", max_catchup=2`` its catch-up budget (after an outage, the
+  two most recent missed ticks run, the rest are dropped).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+from datetime import timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from taskq import ActorRef, JobContext, actor
+from taskq import ActorRef, JobContext, Schedule, actor
 from taskq.ratelimit import KeyedRateLimitRef
 
 QUEUE = "fleet"
@@ -83,6 +89,35 @@ async def migrate_tenant(payload: Tenant, ctx: JobContext[Tenant]) -> Done:
     return Done(steps=payload.steps, attempt=ctx.attempt)
 
 
+INVENTORY_QUEUE = "fleet.inventory"
+INVENTORY_BACKLOG = 6
+"""``sync_inventory``'s ``max_pending``: how many of its jobs may wait at once. Room for
+the two catch-up jobs after the deploy, beside the ticks the stopping worker enqueued."""
+
+
+class Inventory(BaseModel):
+    warehouse: str = "north"
+
+
+@actor(name="fleet_sync_inventory", queue=INVENTORY_QUEUE, max_pending=INVENTORY_BACKLOG)
+async def sync_inventory(payload: Inventory) -> Done:
+    """Pull the warehouse's stock levels (pretend); run by a schedule every second."""
+    return Done(steps=1, attempt=1)
+
+
+INVENTORY_SCHEDULE = Schedule(
+    every=timedelta(seconds=1),
+    id="fleet-inventory-sync",
+    payload=Inventory(),
+    missed="all",
+    max_catchup=2,
+)
+"""Stored by the demo's operator with ``tq.schedules.create`` (not declared on the
+actor, so it ticks only from the moment the operator adds it)."""
+
+QUEUES = ("fleet", INVENTORY_QUEUE)
+"""The queues the demo's workers claim."""
+
 registry: dict[str, ActorRef[Any, Any]] = {
-    ref.name: ref for ref in (call_partner_api, build_report, migrate_tenant)
+    ref.name: ref for ref in (call_partner_api, build_report, migrate_tenant, sync_inventory)
 }

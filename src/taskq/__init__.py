@@ -1,5 +1,17 @@
 # sync twin: src/taskq_sync/__init__.py
-"""taskq: a Postgres-backed job queue with first-class rate limiting."""
+"""taskq: a Postgres-backed job queue with first-class rate limiting.
+
+This package, from an application::
+
+    async with TaskQ() as tq:  # TASKQ_DATABASE_URL, else the embedded ./taskq.db
+        handle = await tq.jobs.enqueue(send_welcome, Signup(user_id=7, email="a@b.c"))
+        result = await handle.wait(timeout=30)
+
+``taskq`` is the asyncio API and ``taskq_sync`` the same names with blocking calls (for
+Django and Flask views, scripts and threads). Actors, payload models, ``Schedule``,
+``RetryPolicy``, ``JobFilter`` and the exceptions are the same objects in both; a worker
+(``taskq worker MODULE:ATTR``) runs the actors either side enqueues for.
+"""
 
 from __future__ import annotations
 

@@ -86,8 +86,11 @@ def validate_actor_name(name: object) -> str:
 class ActorRef(Generic[P, R]):
     """A declared actor: its handler, its types and its options.
 
-    Pass it to ``JobsClient.enqueue`` to queue a job. Calling it (``await ref(payload,
-    ...)``) runs the handler in-process, bypassing the queue: for tests and simulators.
+    Pass it to ``JobsClient.enqueue`` (``taskq`` or ``taskq_sync``) to queue a job. Calling
+    it (``await ref(payload, ...)``; from blocking code ``asyncio.run(ref(payload, ...))``,
+    a ``def`` actor included) runs the handler in-process, bypassing the queue: for tests
+    and simulators. The same object serves both packages: ``taskq_sync.ActorRef`` is this
+    class.
     """
 
     name: str
@@ -281,7 +284,8 @@ class ActorRef(Generic[P, R]):
         return cast("R", await self.fn(*args, **deps))
 
     async def __call__(self, payload: P, *args: Any, **kwargs: Any) -> R:
-        """Direct in-process invocation: ``await ref(payload)`` or ``await ref(payload, ctx, **deps)``.
+        """Direct in-process invocation: ``await ref(payload)`` or ``await ref(payload, ctx, **deps)``
+        (``asyncio.run(ref(payload))`` from blocking code).
 
         ``TypeError`` when ``ctx`` is given to a handler without one, omitted for a handler
         that declares one, or a DI keyword is missing or unknown.
@@ -356,9 +360,30 @@ def actor(
 ) -> ActorRef[Any, Any] | Callable[[Callable[..., Any]], ActorRef[Any, Any]]:
     """Declare a job handler. Plain (``@actor``) or parameterised (``@actor(queue=...)``).
 
-    Returns an :class:`ActorRef` carrying the payload and result types. Every option is
-    described in docs/actors.md; all are validated here (``TypeError`` for a wrong type,
-    ``ValueError`` for an out-of-range value).
+    The handler takes a pydantic payload model, optionally a ``JobContext`` second, and
+    any other parameter is a dependency resolved by its annotated class from the worker's
+    DI registry; it returns a pydantic model or ``None``,
+    ``async def`` or plain ``def`` (run on a worker thread). Returns an
+    :class:`ActorRef` carrying the payload and result types. The options, all keywords,
+    all validated here (``TypeError`` for a wrong type, ``ValueError`` for an
+    out-of-range value):
+
+    - ``name`` (the function's qualified name), ``queue`` (``"default"``), ``priority``
+      (``0``, higher first): where and in what order its jobs run.
+    - ``retry`` (a ``RetryPolicy``: 3 attempts, exponential backoff from 5 s),
+      ``non_retryable_exceptions``, ``retry_classifier``, ``start_to_close`` (the
+      per-attempt timeout): what a failure does.
+    - ``singleton``, ``unique_for`` with ``unique_states``, ``max_pending``: what an
+      enqueue refuses or deduplicates.
+    - ``max_concurrent`` (fleet-wide, best effort), ``rate_limits`` and
+      ``reservations`` (``taskq.ratelimit`` primitives or their names).
+    - ``result_ttl``, ``metadata``; ``schedules`` (``Schedule`` values: periodic jobs).
+    - ``on_success``, ``on_retry_exhausted``, ``on_cancel`` hooks, each with a
+      ``*_timeout`` (3 s).
+
+    ``max_concurrent``, ``max_pending`` and ``result_ttl`` only seed the stored
+    ``actor_config`` row, which operators then own. The documentation's Actors page
+    (``docs/actors.md``) has every option's type, default and rules.
     """
     caller = sys._getframe(1)
     localns = dict(caller.f_locals)

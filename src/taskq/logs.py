@@ -80,7 +80,7 @@ def configure_logging(level: str, fmt: LogFormat = "auto") -> None:
     if root.handlers:  # the application's handlers get the lines, formatted their way
         return
     renderer: Any = (
-        structlog.processors.JSONRenderer()
+        structlog.processors.JSONRenderer(default=str)
         if wants_json(fmt)
         else structlog.dev.ConsoleRenderer(colors=False)
     )

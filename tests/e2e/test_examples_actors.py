@@ -8,12 +8,14 @@ the lines it prints about it.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import subprocess
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.engine import URL
 
-from taskq.db.tables import job_attempts, jobs
+from taskq.db.tables import cron_schedules, job_attempts, jobs
 from taskq_sync.db.engine import make_engine, transaction
 
 pytestmark = pytest.mark.e2e
@@ -310,6 +312,75 @@ def test_real_world(engine_url: str | URL, tmp_path: Path) -> None:
     assert len(re.findall(r"^charged ", out, re.M)) == 2  # one charge per order
     assert len(re.findall(r"^OrderResult: CONF-", out, re.M)) == 2
     assert "already queued" in out
+
+
+def test_cron(engine_url: str | URL, tmp_path: Path) -> None:
+    out = _run("cron", engine_url, tmp_path)
+    found = _stored(engine_url, "examples_cron_")
+
+    # The code schedule: one job per tick, keyed by the tick, plus one run-now job.
+    beats = found["examples_cron_heartbeat"]
+    assert {s.row.status for s in beats} == {"succeeded"}
+    assert {s.row.metadata["cron_schedule"] for s in beats} == {"examples-cron-heartbeat"}
+    [manual] = [s for s in beats if s.row.metadata["cron_tick"] == "run-now"]
+    ticked = [s for s in beats if s is not manual]
+    assert len(ticked) >= 3
+    ticks = [s.row.metadata["cron_tick"] for s in ticked]
+    assert len(set(ticks)) == len(ticks)  # no tick has two jobs
+    for s, tick in zip(ticked, ticks, strict=True):
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", tick)
+        assert s.row.idempotency_key == f"cron:{tick}:examples-cron-heartbeat"
+    assert manual.row.idempotency_key.startswith("cron:manual-")
+    assert f"{len(ticked)} ticks, {len(ticked)} distinct idempotency keys" in out
+    assert f"heartbeat: run_now made job {manual.row.id} (cron_tick='run-now'), " in out
+    assert "last_outcome='run-now'" in out
+    assert f"heartbeat: disabled (enabled=False, origin='code'), {len(ticked)} jobs enqueued" in out
+
+    # Four daily ticks were due; each missed policy ran what it promises.
+    nightly: dict[str, list[str]] = defaultdict(list)
+    for s in found["examples_cron_nightly_rollup"]:
+        assert (s.row.status, s.outcomes) == ("succeeded", ["succeeded"])
+        nightly[s.row.metadata["cron_schedule"]].append(s.row.metadata["cron_tick"])
+    assert sorted(nightly) == ["examples-cron-nightly-all", "examples-cron-nightly-latest"]
+    caught_up = sorted(nightly["examples-cron-nightly-all"])
+    assert len(caught_up) == 3
+    days = [datetime.fromisoformat(t.replace("Z", "+00:00")) for t in caught_up]
+    assert [b - a for a, b in itertools.pairwise(days)] == [timedelta(days=1)] * 2
+    assert nightly["examples-cron-nightly-latest"] == [caught_up[-1]]  # the most recent
+    assert "missed='latest': 1 job for the 4 missed ticks (days before the last one: 0d;" in out
+    assert (
+        "missed='all': 3 jobs for the 4 missed ticks (days before the last one: 2d, 1d, 0d;" in out
+    )
+    assert "missed='skip': 0 jobs for the 4 missed ticks" in out
+
+    # The backlog budget: the waiting job made every tick a refusal until it was cancelled.
+    refresh = found["examples_cron_refresh_cache"]
+    blocker, *made = refresh
+    assert (blocker.row.status, blocker.row.error_class, blocker.outcomes) == (
+        "cancelled",
+        "CancelledBeforeStart",
+        [],
+    )
+    assert made
+    assert {s.row.status for s in made} == {"succeeded"}
+    assert {s.row.metadata["cron_schedule"] for s in made} == {"examples-cron-refresh"}
+    refused = re.search(
+        r"^refresh_cache: (\d+) ticks refused while one job waited, "
+        r"last_outcome='refused:max_pending'$",
+        out,
+        re.M,
+    )
+    assert refused is not None
+    assert int(refused.group(1)) >= 2
+    assert "after the waiting job was cancelled, last_outcome='enqueued'" in out
+
+    engine = make_engine(_url(engine_url))
+    try:
+        with transaction(engine, readonly=True) as conn:
+            left = conn.execute(select(cron_schedules.c.id)).all()
+    finally:
+        engine.dispose()
+    assert left == []  # the example deleted its schedules; their jobs stayed
 
 
 def test_ratelimit_and_progress_on_redis(pg_url: URL, redis_url: str, tmp_path: Path) -> None:

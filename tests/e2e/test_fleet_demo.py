@@ -1,5 +1,6 @@
 """``python -m examples.fleet_demo.run_demo`` runs to completion and narrates every event
-it promises, from a real worker process's log lines, and the store agrees."""
+it promises (rate-limit parks, an operator's cancel, cron budgets, a SIGTERM deploy), from
+a real worker process's log lines, and the store agrees."""
 
 from __future__ import annotations
 
@@ -7,13 +8,14 @@ import os
 import re
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 from sqlalchemy import select
 from sqlalchemy.engine import URL
 
-from taskq.db.tables import job_attempts, jobs
+from taskq.db.tables import cron_schedules, job_attempts, jobs
 from taskq_sync.db.engine import make_engine, transaction
 
 pytestmark = pytest.mark.e2e
@@ -71,16 +73,28 @@ def test_run_demo(engine_url: str | URL, tmp_path: Path) -> None:
     assert window is not None
     assert 1 <= int(window.group(1)) <= 4
 
-    # Act 2 and 3, in the order they happen.
+    # Acts 2, 3 and 4, in the order they happen.
     _in_order(
         out,
-        "[worker A] worker-started: queues=['fleet']",
+        "[worker A] worker-started: queues=['fleet', 'fleet.inventory']",
         "== act 2: an operator cancels a running job ==",
         "operator: cancel job",
         "[worker A] job-cancel-requested: fleet_build_report attempt=1 phase=1",
         "[worker A] job-finished: fleet_build_report attempt=1 outcome=cancelled "
         "error_class=CancelledCooperatively",
         "store: fleet_build_report cancelled / CancelledCooperatively",
+        "== act 3: cron budgets ==",
+        "operator: the warehouse API is down for maintenance: pause queue fleet.inventory",
+        "operator: schedule fleet_sync_inventory every second as fleet-inventory-sync "
+        "(missed='all', max_catchup=2); the actor allows max_pending=6",
+        *["[worker A] cron-tick-enqueued: fleet-inventory-sync tick="] * 6,
+        *["[worker A] cron-tick-refused: fleet-inventory-sync tick="] * 2,
+        "store: fleet-inventory-sync enqueued=6 refused=",
+        "operator: maintenance is over: resume queue fleet.inventory",
+        *["[worker A] job-finished: fleet_sync_inventory attempt=1 outcome=succeeded"] * 6,
+        "[worker A] cron-tick-enqueued: fleet-inventory-sync tick=",
+        "store: fleet-inventory-sync last_outcome=enqueued, enqueued=",
+        "== act 4: a SIGTERM deploy ==",
         "deploy: SIGTERM to worker A while fleet_migrate_tenant is running",
         "[worker A] worker-shutdown-requested: signal=SIGTERM",
         "[worker A] worker-shutdown-phase: DRAINING",
@@ -91,13 +105,46 @@ def test_run_demo(engine_url: str | URL, tmp_path: Path) -> None:
         "[worker A] worker-stopped",
         "demo: worker A exited with code 0",
         "store: fleet_migrate_tenant is pending after attempt 1 (retry budget spent: 0)",
+        "store: no worker is running: fleet-inventory-sync's ticks have been falling due",
         "[worker B] worker-started",
+        "[worker B] cron-ticks-missed: fleet-inventory-sync policy=all dropped=",
         "[worker B] job-finished: fleet_migrate_tenant attempt=2 outcome=succeeded",
         "store: fleet_migrate_tenant succeeded on attempt 2: retried/WorkerShutdown, "
         "succeeded/None",
+        "operator: disable schedule fleet-inventory-sync (it stays stored",
         "demo: worker B exited with code 0",
-        "cron budgets are not shown",
     )
+    # Act 3: six jobs filled the backlog budget of the paused queue, so the ticks after
+    # them were refused, by worker A alone (no refusal after the resume).
+    store = re.search(
+        r"^store: fleet-inventory-sync enqueued=6 refused=(\d+) "
+        r"last_outcome=refused:max_pending; 6 jobs pending on the paused queue$",
+        out,
+        re.M,
+    )
+    assert store is not None
+    assert int(store.group(1)) >= 2
+    assert "[worker B] cron-tick-refused" not in out
+    # Act 4: B found the ticks due while no worker ran, and caught up the two most recent.
+    missed = re.search(
+        r"^\[worker B\] cron-ticks-missed: fleet-inventory-sync policy=all "
+        r"dropped=(\d+) running=2$",
+        out,
+        re.M,
+    )
+    assert missed is not None
+    dropped = int(missed.group(1))
+    assert dropped >= 1  # the demo waited for three ticks to fall due
+    caught = re.search(
+        rf"^store: worker B found {dropped + 2} ticks due \(from (\S+)\) and enqueued the "
+        rf"2 most recent, (\S+) and (\S+); it dropped the other {dropped}$",
+        out,
+        re.M,
+    )
+    assert caught is not None
+    since, first, second = (datetime.strptime(t, "%H:%M:%S") for t in caught.groups())
+    assert (first - since).total_seconds() % 86400 == dropped  # one tick a second
+    assert (second - first).total_seconds() % 86400 == 1
 
     engine = make_engine(url)
     try:
@@ -109,6 +156,8 @@ def test_run_demo(engine_url: str | URL, tmp_path: Path) -> None:
                 select(job_attempts).where(job_attempts.c.job_id.in_([r.id for r in calls]))
             ).all()
             tenant = rows["fleet_migrate_tenant"]
+            inventory = [r for r in every if r.actor == "fleet_sync_inventory"]
+            [schedule] = conn.execute(select(cron_schedules)).all()
             outcomes = [
                 (a.outcome, a.error_class)
                 for a in conn.execute(
@@ -133,3 +182,16 @@ def test_run_demo(engine_url: str | URL, tmp_path: Path) -> None:
         for j in range(i + 1, len(starts)):
             assert j - i + 1 <= 2 + 2 * (starts[j] - first).total_seconds() + 1
     assert outcomes == [("retried", "WorkerShutdown"), ("succeeded", None)]
+    # The schedule's jobs: one per enqueued tick, every one run once, none left waiting;
+    # the schedule is disabled and kept, its refusals recorded.
+    assert (schedule.id, schedule.enabled, schedule.origin) == (
+        "fleet-inventory-sync",
+        False,
+        "api",
+    )
+    assert schedule.enqueued_count == len(inventory)
+    assert schedule.refused_count >= 2
+    assert {(r.status, r.attempt) for r in inventory} == {("succeeded", 1)}
+    tick_keys = [r.idempotency_key for r in inventory]
+    assert len(set(tick_keys)) == len(tick_keys)
+    assert all(k.startswith("cron:") and k.endswith(":fleet-inventory-sync") for k in tick_keys)

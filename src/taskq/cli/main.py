@@ -26,6 +26,13 @@ from taskq.cli.workers import workers
 def main(verbose: int) -> None:
     """taskq: a Postgres-backed job queue with first-class rate limiting."""
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    ctx = click.get_current_context()
+    if ctx.invoked_subcommand == "worker":
+        # A worker logs as TASKQ_LOG_LEVEL / TASKQ_LOG_FORMAT say (INFO, JSON lines when
+        # stderr is not a terminal: docs/workers.md), set up by the worker itself; -v and
+        # -vv only raise its level.
+        ctx.obj = {"log_level": None if verbose == 0 else logging.getLevelName(level)}
+        return
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     # The library's structlog events go through the same logging (stderr, this level), so
     # they never mix into a command's output (--json documents above all).

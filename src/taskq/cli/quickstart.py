@@ -106,8 +106,9 @@ def quickstart(database_url: str, as_json: bool) -> None:
     click.echo("")
     click.echo(format_summary(summary))
     click.echo("")
-    click.echo("Next: docs/workers.md runs a worker as its own process (taskq worker MODULE:ATTR);")
-    click.echo("docs/engines.md says when to move from this SQLite file to PostgreSQL.")
+    click.echo("Next: Getting started (docs/getting-started.md) builds a first app and runs its")
+    click.echo("worker as its own process (taskq worker MODULE:ATTR); Storage engines")
+    click.echo("(docs/engines.md) says when to move from this SQLite file to PostgreSQL.")
 
 
 class _Lines:

@@ -59,6 +59,9 @@ def worker(
         )
     except ConfigurationError as exc:
         raise click.UsageError(str(exc)) from None
+    verbose = (click.get_current_context().obj or {}).get("log_level")
+    if verbose is not None:  # `taskq -v worker`: INFO, `-vv`: DEBUG
+        settings = settings.model_copy(update={"log_level": verbose})
     registry = load_target(target)
     try:
         code = worker_main(settings=settings, actor_registry=registry)

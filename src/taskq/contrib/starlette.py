@@ -9,26 +9,51 @@
   (any SQLAlchemy ``AsyncConnection`` or psycopg ``AsyncConnection`` of the same database).
 * :func:`acquire_rate_limit` / :func:`too_many_requests`: a bucket taken with the app's
   settings (its ``TASKQ_REDIS_URL``), a denial as a 429 with ``Retry-After``.
-* Progress over server-sent events is the admin UI's endpoint (``taskq.ui``), which can be
-  mounted on its own.
+* :func:`progress_route` / :func:`progress_app`: a job's progress as server-sent events,
+  on its own (the admin UI's stream, :class:`taskq.ops.progress_sse.ProgressFeed`, without
+  the admin UI): ``id:`` is the progress ``seq``, a reconnect resumes after
+  ``Last-Event-ID``, the stream ends after the terminal event; fed by Redis pub/sub when a
+  Redis client is given or ``TASKQ_REDIS_URL`` is set, by the job's row otherwise.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
 
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route, Router
 
 from taskq.client import TaskQ
 from taskq.contrib.http import TOO_MANY_REQUESTS, retry_after_header
+from taskq.exceptions import JobNotFoundError
+from taskq.ops.progress_sse import SSE_HEADERS, ProgressFeed, parse_last_event_id
+from taskq.ops.stats import StatsClient
 from taskq.ratelimit.decision import RateLimitDecision
 from taskq.ratelimit.refs import KeyedRateLimitRef
 from taskq.ratelimit.registry import registry
+from taskq.ratelimit.settings_redis import settings_redis
 
-__all__ = ["acquire_rate_limit", "get_taskq", "lifespan", "too_many_requests"]
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+__all__ = [
+    "acquire_rate_limit",
+    "get_taskq",
+    "lifespan",
+    "progress_app",
+    "progress_route",
+    "too_many_requests",
+]
+
+Authorize = Callable[[Request, UUID], "bool | Awaitable[bool]"]
+"""``authorize(request, job_id)``: may this request watch this job's progress?"""
+RedactProgress = Callable[[str, dict[str, Any]], Any]
+"""``redact(actor, state)``: what the client sees of a progress state."""
 
 
 def lifespan(
@@ -88,3 +113,81 @@ async def acquire_rate_limit(
         limit, key=key, count=count, pg_pool=tq.engine, settings=tq.settings
     ) as decision:
         return decision
+
+
+def progress_route(
+    path: str = "/jobs/{job_id}/progress",
+    *,
+    tq: TaskQ | None = None,
+    redis_client: Redis | None = None,
+    use_redis: bool = True,
+    poll_interval: float = 0.5,
+    authorize: Authorize | None = None,
+    redact: RedactProgress | None = None,
+    name: str | None = "taskq-progress",
+) -> Route:
+    """``GET path`` (with a ``{job_id}`` parameter): the job's progress as server-sent
+    events, the admin UI's stream without the admin UI.
+
+    ``tq`` is the ``TaskQ`` whose store is read (default: the app's, from :func:`lifespan`).
+    Events come from Redis pub/sub on ``redis_client``, else on the client of ``tq``'s
+    settings (``TASKQ_REDIS_URL``) when one is configured and ``use_redis``, else from the
+    job's row, polled every ``poll_interval`` seconds. ``authorize(request, job_id)`` (sync
+    or async) answers 403 when false; ``redact(actor, state)`` filters what is sent.
+
+    Answers: 200 ``text/event-stream`` (``id:`` = the progress ``seq``, events after
+    ``Last-Event-ID``, or ``?last_event_id=``; the stream ends after the terminal event),
+    204 after the terminal event was seen, 400 for a bad ``Last-Event-ID``, 404 for an
+    unknown job or a job id that is not a UUID.
+    """
+    if "{job_id" not in path:
+        raise ValueError(f"path must contain {{job_id}}, got {path!r}")
+    if poll_interval <= 0:
+        raise ValueError("poll_interval must be > 0")
+
+    async def endpoint(request: Request) -> Response:
+        try:
+            job_id = UUID(str(request.path_params["job_id"]))
+        except ValueError:
+            return PlainTextResponse("not a job id", status_code=404)
+        if authorize is not None:
+            verdict = authorize(request, job_id)
+            if inspect.isawaitable(verdict):
+                verdict = await verdict
+            if not verdict:
+                return PlainTextResponse("forbidden", status_code=403)
+        raw = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
+        try:
+            last = parse_last_event_id(raw)
+        except ValueError as exc:
+            return PlainTextResponse(str(exc), status_code=400)
+        source = tq if tq is not None else get_taskq(request)
+        client = redis_client
+        if client is None and use_redis:
+            client = settings_redis(source.settings)
+        feed = ProgressFeed(StatsClient(source.engine), client, poll_interval)
+        try:
+            first = await feed.snapshot(job_id)
+        except JobNotFoundError:
+            return PlainTextResponse(f"no job {job_id}", status_code=404)
+        keep = _redactor(redact, await source.jobs.detail(job_id)) if redact else None
+        body = feed.stream(first, last, redact=keep, is_disconnected=request.is_disconnected)
+        if body is None:
+            return Response(status_code=204)
+        return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
+
+    return Route(path, endpoint, methods=["GET"], name=name)
+
+
+def _redactor(redact: RedactProgress, detail: Any) -> Callable[[dict[str, Any]], Any]:
+    actor: str = detail.job.actor
+    return lambda state: redact(actor, state)
+
+
+def progress_app(*, tq: TaskQ | None = None, **options: Any) -> Router:
+    """An ASGI app serving only :func:`progress_route` at ``/{job_id}``:
+    ``app.mount("/progress", progress_app())`` answers ``GET /progress/<job id>``.
+    ``options`` are :func:`progress_route`'s. Without ``tq`` the mounting app's
+    ``TaskQ`` is used (its :func:`lifespan`): a plain ``Router``, not an app of its own,
+    so requests keep the mounting app (and its ``app.state``)."""
+    return Router(routes=[progress_route("/{job_id}", tq=tq, **options)])

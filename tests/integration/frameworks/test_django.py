@@ -46,10 +46,8 @@ def test_manage_py_test_passes_from_a_fresh_database(unique_name: str) -> None:
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
-    import django
-
-    # Django 6.1 adds one: a task declaring taskq options (@task passes them through)
-    assert f"Ran {10 if django.VERSION >= (6, 1) else 9} tests" in out, out
+    # the same tests on Django 5.2 (django-tasks backport) and 6.1: `nox -s django`
+    assert "Ran 15 tests" in out, out
     assert "OK" in out.splitlines()[-1] or "\nOK" in out, out
     assert "being accessed by other users" not in out, out
     assert f"test_{name}" not in _databases()

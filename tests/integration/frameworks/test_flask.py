@@ -134,3 +134,33 @@ def test_threaded_wsgi_server_admits_exactly_the_buckets_capacity(app: Flask) ->
         server.shutdown()
     assert codes == Counter({200: 20, 429: 60})
     assert all(int(value) >= 1 for value in retry_after)
+
+
+def test_the_extension_follows_flasks_conventions(pg_url: URL) -> None:
+    from taskq.contrib.flask import TaskQ as FlaskTaskQ
+
+    url = sync_url(pg_url).render_as_string(hide_password=False)
+    # No Flask-SQLAlchemy: the database is SQLALCHEMY_DATABASE_URI, enqueues commit alone
+    plain = Flask("plain")
+    plain.config["SQLALCHEMY_DATABASE_URI"] = url
+    ext = FlaskTaskQ(plain)
+    assert "taskq" in plain.extensions
+    with plain.app_context():
+        assert ext.tq.engine.url.database == pg_url.database
+        job = ext.enqueue(flask_app.flask_ship, {"order_id": 7})
+        assert job.status() == "pending"
+    # TASKQ_DATABASE_URL wins over SQLALCHEMY_DATABASE_URI; other TASKQ_* keys are settings
+    other = Flask("other")
+    other.config["SQLALCHEMY_DATABASE_URI"] = "postgresql+psycopg://nobody@127.0.0.1/nowhere"
+    other.config["TASKQ_DATABASE_URL"] = url
+    other.config["TASKQ_PAYLOAD_MAX_BYTES"] = 4096
+    ext.init_app(other)  # one extension object, many apps (each its own TaskQ)
+    with other.app_context():
+        assert ext.tq.engine.url.database == pg_url.database
+        assert ext.tq.settings.payload_max_bytes == 4096
+        assert ext.tq.get(job.job_id).record is not None
+        assert ext.tq is not plain.extensions["taskq"].tq
+    with pytest.raises(RuntimeError, match="init_app"), Flask("bare").app_context():
+        _ = ext.tq
+    ext.close(plain)
+    ext.close(other)

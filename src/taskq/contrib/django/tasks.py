@@ -20,15 +20,26 @@ enqueued on Django's connection (:func:`taskq.contrib.django.enqueue`), so
 * ``task_enqueued`` is sent where the task is enqueued, ``task_started`` and
   ``task_finished`` in the worker that runs it.
 
+taskq's own options go on ``@task(...)`` itself: Django 6.1 and the backport (from
+``django-tasks`` 0.11) pass the options they do not know to the backend's task class
+(:class:`TaskQTask`). ``rate_limits``, ``reservations``, ``max_pending``,
+``max_concurrent``, ``start_to_close``, ``unique_for`` and ``unique_states`` mean what
+they mean on ``@actor``; a task declaring any of them runs as its own actor.
+``unique_for``'s identity is the call's arguments (or ``unique_key(*args, **kwargs)``):
+a second enqueue of the same call inside the window returns the first job's result.
+
 A Django task runs once (no retries: Django Tasks has no retry semantics of its own).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib
 import importlib.util
+import json
 import traceback
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -63,6 +74,8 @@ TaskError: Any = _base.TaskError
 TaskResult: Any = _base.TaskResult
 TaskResultStatus: Any = _base.TaskResultStatus
 TaskResultDoesNotExist: Any = _exceptions.TaskResultDoesNotExist
+# InvalidTask on Django 6, InvalidTaskError in the backport.
+InvalidTaskError: Any = getattr(_exceptions, "InvalidTask", None) or _exceptions.InvalidTaskError
 task_enqueued: Any = _signals.task_enqueued
 task_started: Any = _signals.task_started
 task_finished: Any = _signals.task_finished
@@ -71,6 +84,7 @@ __all__ = [
     "RUNNER_ACTOR",
     "TaskQBackend",
     "TaskQTask",
+    "call_identity",
     "configured_backends",
     "runner_actor",
     "task_actor",
@@ -139,22 +153,59 @@ def _run(payload: TaskCall, ctx: JobContext[TaskCall]) -> TaskReturn:
 runner_actor = actor(name=RUNNER_ACTOR, retry=RetryPolicy(max_attempts=1))(_run)
 """The actor that runs every Django task declared without taskq options."""
 
-TASKQ_OPTIONS = ("rate_limits", "reservations", "max_pending", "max_concurrent", "start_to_close")
-"""The ``@task(...)`` options (Django 6.1 passes them to the backend's task class) that
-are taskq's own: a task declaring any of them runs as its own actor, with them."""
+TASKQ_OPTIONS = (
+    "rate_limits",
+    "reservations",
+    "max_pending",
+    "max_concurrent",
+    "start_to_close",
+    "unique_for",
+    "unique_states",
+)
+"""The ``@task(...)`` options (Django 6.1 and ``django-tasks`` >= 0.11 pass them to the
+backend's task class) that are taskq's own ``@actor`` options: a task declaring any of
+them runs as its own actor, with them."""
 
 _TASK_ACTORS: dict[str, Any] = {}
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class TaskQTask(Task):
-    """A Django task with taskq's options (``@task(rate_limits=["api"])`` on Django 6.1)."""
+    """A Django task with taskq's options: ``@task(rate_limits=[API])``,
+    ``@task(unique_for=timedelta(minutes=5))`` (Django 6.1, or the ``django-tasks``
+    backport from 0.11 on Django 5.2).
+
+    ``unique_key(*args, **kwargs) -> str`` names a call's identity for ``unique_for``
+    (default: a digest of the call's JSON arguments, so the same call is one job per
+    window).
+    """
 
     rate_limits: tuple[Any, ...] = ()
     reservations: tuple[Any, ...] = ()
     max_pending: int | None = None
     max_concurrent: int | None = None
     start_to_close: timedelta | None = None
+    unique_for: timedelta | None = None
+    unique_states: tuple[str, ...] | None = None
+    unique_key: Callable[..., str] | None = None
+
+
+def call_identity(task: Any, args: Any, kwargs: Any) -> str | None:
+    """The ``identity_key`` of a call of ``task`` (``None`` unless it has ``unique_for``):
+    ``task.unique_key(*args, **kwargs)``, or a SHA-256 of the call's JSON arguments."""
+    if getattr(task, "unique_for", None) is None:
+        return None
+    unique_key = getattr(task, "unique_key", None)
+    if unique_key is not None:
+        key = unique_key(*args, **kwargs)
+        if not isinstance(key, str):
+            raise TypeError(
+                f"unique_key of task {task.module_path!r} must return a str, "
+                f"got {type(key).__name__}"
+            )
+        return key
+    canonical = json.dumps([list(args), dict(kwargs)], sort_keys=True, separators=(",", ":"))
+    return "args:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def task_actor(task: Any) -> Any:
@@ -229,6 +280,11 @@ class TaskQBackend(BaseTaskBackend):
         """Django's checks, then the task's taskq actor is made (at ``@task`` time, so a
         worker that imported the task module knows it)."""
         super().validate_task(task)
+        unique_key = getattr(task, "unique_key", None)
+        if unique_key is not None and not callable(unique_key):
+            raise InvalidTaskError("unique_key must be a callable returning the call's identity")
+        if unique_key is not None and getattr(task, "unique_for", None) is None:
+            raise InvalidTaskError("unique_key has no effect without unique_for")
         task_actor(task)
 
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
@@ -245,7 +301,14 @@ class TaskQBackend(BaseTaskBackend):
             queue=task.queue_name,
             priority=task.priority,
             scheduled_at=task.run_after,
+            identity_key=call_identity(task, args, kwargs),
         )
+        if handle.was_existing:
+            # unique_for matched a job already there: that job's result; nothing enqueued.
+            record = handle.record
+            if record is not None:
+                return self._from_record(record)
+            return _result(task, str(handle.job_id), call, TaskResultStatus.READY, self.alias)
         result = _result(task, str(handle.job_id), call, TaskResultStatus.READY, self.alias)
         object.__setattr__(result, "enqueued_at", datetime.now(UTC))
         task_enqueued.send(type(self), task_result=result)

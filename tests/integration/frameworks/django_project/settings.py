@@ -30,4 +30,9 @@ DATABASES = {
     }
 }
 TASKQ = {"REDIS_URL": os.environ.get("DJ_REDIS_URL", "redis://127.0.0.1:6379/0")}
-TASKS = {"default": {"BACKEND": "taskq.contrib.django.TaskQBackend"}}
+TASKS = {
+    "default": {
+        "BACKEND": "taskq.contrib.django.TaskQBackend",
+        "QUEUES": ["default", "limited", "other"],
+    }
+}

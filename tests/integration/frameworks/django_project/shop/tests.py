@@ -11,10 +11,11 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import django
 from django.db import connection, transaction
 from django.test import Client, TestCase, TransactionTestCase
 from shop.actors import OrderRef, ship_order
@@ -110,8 +111,8 @@ class CommitAndRollback(TaskQTestMixin, TransactionTestCase):
         self.assertEqual(ok.status, "READY")
         worker = Worker()
         try:
-            wait_terminal(__import__("uuid").UUID(ok.id))
-            wait_terminal(__import__("uuid").UUID(bad.id))
+            wait_terminal(uuid.UUID(ok.id))
+            wait_terminal(uuid.UUID(bad.id))
         finally:
             out = worker.stop()
         ok.refresh()
@@ -123,30 +124,165 @@ class CommitAndRollback(TaskQTestMixin, TransactionTestCase):
         self.assertIn("boom from a task", bad.errors[0].traceback)
         self.assertEqual(add.get_result(ok.id).return_value, 5)
 
+    def test_tasks_backend_signals_and_features(self) -> None:
+        from taskq.contrib.django.tasks import TaskQBackend, task_backends
 
-if django.VERSION >= (6, 1):
+        backend = task_backends["default"]
+        self.assertIsInstance(backend, TaskQBackend)
+        self.assertTrue(
+            backend.supports_defer
+            and backend.supports_async_task
+            and backend.supports_get_result
+            and backend.supports_priority
+        )
+        signals = Path(self.tmp_signals())
+        ok = add.enqueue(1, 1)
+        bad = boom.enqueue()
+        me = str(os.getpid())
+        self.assertEqual(
+            signals.read_text().split("\n")[:2],
+            [f"enqueued {ok.id} READY {me}", f"enqueued {bad.id} READY {me}"],
+        )
+        worker = Worker()
+        try:
+            wait_terminal(uuid.UUID(ok.id))
+            wait_terminal(uuid.UUID(bad.id))
+        finally:
+            out = worker.stop()
+        lines = [line.split() for line in signals.read_text().splitlines()[2:]]
+        by_result = {
+            rid: [(name, status) for name, r, status, _ in lines if r == rid]
+            for rid in (ok.id, bad.id)
+        }
+        self.assertEqual(
+            by_result[ok.id], [("started", "RUNNING"), ("finished", "SUCCESSFUL")], out
+        )
+        self.assertEqual(by_result[bad.id], [("started", "RUNNING"), ("finished", "FAILED")])
+        # sent in the worker, not here
+        self.assertEqual({pid for *_, pid in lines}, {str(worker.proc.pid)})
 
-    class TaskOptions(TaskQTestMixin, TransactionTestCase):
-        def test_a_task_with_taskq_options_runs_as_its_own_rate_limited_actor(self) -> None:
-            from shop.tasks import LIMITED_API, limited
+    def tmp_signals(self) -> str:
+        import tempfile
 
-            from taskq.contrib.django.tasks import task_actor
+        fd, path = tempfile.mkstemp(prefix="dj-signals-")
+        os.close(fd)
+        os.environ["DJ_SIGNALS_FILE"] = path
+        self.addCleanup(os.environ.pop, "DJ_SIGNALS_FILE", None)
+        self.addCleanup(os.unlink, path)
+        return path
 
-            ref = task_actor(limited)
-            self.assertEqual(ref.name, "django.task.shop.tasks.limited")
-            self.assertEqual(ref.rate_limits, [LIMITED_API])
-            result = limited.enqueue(4)
-            record = get_taskq().get(__import__("uuid").UUID(result.id)).record
+
+class TaskOptions(TaskQTestMixin, TransactionTestCase):
+    """taskq's options on ``@task`` (and Django's own queue/priority/run_after) reach the
+    job, on Django 6.1 and on the django-tasks backport alike."""
+
+    def test_a_task_with_taskq_options_runs_as_its_own_rate_limited_actor(self) -> None:
+        from shop.tasks import LIMITED_API, limited
+
+        from taskq.contrib.django.tasks import task_actor
+
+        ref = task_actor(limited)
+        self.assertEqual(ref.name, "django.task.shop.tasks.limited")
+        self.assertEqual(ref.rate_limits, [LIMITED_API])
+        self.assertEqual(ref.queue, "limited")
+        result = limited.enqueue(4)
+        record = get_taskq().get(uuid.UUID(result.id)).record
+        assert record is not None
+        self.assertEqual(record.actor, ref.name)
+        self.assertEqual((record.queue, record.priority), ("limited", 20))
+        worker = Worker()  # no -q: it claims the backend's QUEUES and its actors' queues
+        try:
+            wait_terminal(record.id)
+        finally:
+            out = worker.stop()
+        result.refresh()
+        self.assertEqual(result.status, "SUCCESSFUL", out)
+        self.assertEqual(result.return_value, 40)
+
+    def test_the_rate_limit_of_a_task_holds_its_jobs_back(self) -> None:
+        from shop.tasks import throttled
+
+        # capacity 2, next token in ~3 hours: two run, two wait (never started)
+        ids = [uuid.UUID(throttled.enqueue(n).id) for n in range(4)]
+        worker = Worker()
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                statuses = [status_of(i) for i in ids]
+                if statuses.count("succeeded") == 2:
+                    break
+                time.sleep(0.1)
+            time.sleep(1.0)  # a third run, if the limit let one through, would have had time
+            statuses = [status_of(i) for i in ids]
+        finally:
+            out = worker.stop()
+        self.assertEqual(statuses.count("succeeded"), 2, f"{statuses}\n{out}")
+        waiting = [i for i, status in zip(ids, statuses, strict=True) if status != "succeeded"]
+        for job_id in waiting:
+            record = get_taskq().get(job_id).record
             assert record is not None
-            self.assertEqual(record.actor, ref.name)
-            worker = Worker()
-            try:
-                wait_terminal(record.id)
-            finally:
-                out = worker.stop()
-            result.refresh()
-            self.assertEqual(result.status, "SUCCESSFUL", out)
-            self.assertEqual(result.return_value, 40)
+            self.assertIn(record.status, ("pending", "scheduled"))
+            self.assertEqual(record.attempt, 0)
+
+    def test_queue_priority_and_run_after_reach_the_job(self) -> None:
+        from shop.tasks import limited
+
+        run_after = datetime.now(UTC) + timedelta(hours=1)
+        for task, actor_name in ((add, "django.task"), (limited, limited_actor_name())):
+            result = task.using(queue_name="other", priority=-7, run_after=run_after).enqueue(1, 2)
+            record = get_taskq().get(uuid.UUID(result.id)).record
+            assert record is not None
+            self.assertEqual(record.actor, actor_name)
+            self.assertEqual((record.queue, record.priority), ("other", -7))
+            self.assertEqual(record.status, "scheduled")
+            self.assertEqual(record.scheduled_at, run_after)
+            self.assertEqual(result.status, "READY")
+
+    def test_unique_for_two_enqueues_of_one_call_in_the_window_make_one_job(self) -> None:
+        from shop.tasks import notify, refresh_feed
+
+        first = refresh_feed.enqueue("news")
+        again = refresh_feed.enqueue("news")
+        self.assertEqual(again.id, first.id)
+        self.assertEqual(jobs_in_db(), 1)
+        # another call (other arguments) is another identity
+        other = refresh_feed.enqueue("news", full=True)
+        self.assertNotEqual(other.id, first.id)
+        self.assertEqual(jobs_in_db(), 2)
+        # unique_key names the identity: the user, whatever the reason
+        with transaction.atomic():  # twice in one transaction: still one job
+            a = notify.enqueue(7, reason="signup")
+            b = notify.enqueue(7, reason="again")
+        self.assertEqual(a.id, b.id)
+        self.assertNotEqual(notify.enqueue(8).id, a.id)
+        self.assertEqual(jobs_in_db(), 4)
+        # a finished job still holds its identity for the window: its result comes back
+        worker = Worker()
+        try:
+            wait_terminal(uuid.UUID(first.id))
+        finally:
+            out = worker.stop()
+        after = refresh_feed.enqueue("news")
+        self.assertEqual(after.id, first.id)
+        self.assertEqual(after.status, "SUCCESSFUL", out)
+        self.assertEqual(after.return_value, "news")
+        self.assertEqual(jobs_in_db(), 4)
+
+    def test_unique_key_without_unique_for_is_refused_when_declared(self) -> None:
+        from shop import tasks
+
+        with self.assertRaisesMessage(Exception, "unique_key has no effect without unique_for"):
+            tasks.task(unique_key=lambda n: str(n))(tasks.undecorated)
+
+
+def status_of(job_id: uuid.UUID) -> str:
+    record = get_taskq().get(job_id).record
+    assert record is not None
+    return record.status
+
+
+def limited_actor_name() -> str:
+    return "django.task.shop.tasks.limited"
 
 
 class NestedAtomic(TaskQTestMixin, TestCase):
