@@ -14,7 +14,7 @@ from taskq._ids import uuid_from_int
 from taskq.backends.base import Backend
 from taskq.exceptions import JobCancelledError, JobFailedError, JobNotFoundError, WaitTimeout
 from taskq.progress import ProgressEvent, progress_channel
-from taskq.records import AttemptRecord, JobRecord, RecordSource, build_record
+from taskq.records import AttemptRecord, JobRecord, JobStatus, RecordSource, build_record
 
 if TYPE_CHECKING:
     from taskq.actor import ActorRef
@@ -96,10 +96,13 @@ class JobHandle(Generic[R]):
         self.record = record
         return record
 
-    async def status(self) -> str:
-        """The job's current status (re-read from the store)."""
+    async def status(self) -> JobStatus:
+        """The job's current status (re-read from the store): a ``str`` (``"pending"``,
+        ``"scheduled"``, ...) that also carries, for a job parked on a limit, what it
+        waits on (``.waiting_on``), when it can next run (``.ready_at``) and how often a
+        limit parked it (``.denials``); ``.state`` reads ``"waiting"`` for it."""
         self._require_client("status")
-        return (await self.refresh()).status
+        return JobStatus(await self.refresh())
 
     async def attempts(self) -> list[AttemptRecord]:
         """Every attempt so far, oldest first."""

@@ -37,6 +37,7 @@ __all__ = [
     "EnqueueRequest",
     "InsertedRecord",
     "JobRecord",
+    "JobStatus",
     "RecordSource",
     "SharedRecords",
     "build_record",
@@ -239,6 +240,38 @@ class JobRecord:
             started_at=None,
             finished_at=None,
         )
+
+
+class JobStatus(str):
+    """What ``JobHandle.status()`` returns: the stored status, a ``str`` that compares as
+    before (``status == "scheduled"``), that also says why a job waits.
+
+    ``waiting_on``, ``ready_at`` and ``denials`` are the record's (see :class:`JobRecord`):
+    the limit that parked the job and when it can next be admitted, while it waits on
+    one; ``state`` is ``"waiting"`` for such a job, else the status itself.
+    """
+
+    waiting_on: str | None
+    ready_at: datetime | None
+    denials: int
+
+    def __new__(cls, record: JobRecord) -> JobStatus:
+        """The status of ``record``."""
+        made = super().__new__(cls, record.status)
+        made.waiting_on = record.waiting_on if record.waiting else None
+        made.ready_at = record.ready_at
+        made.denials = record.denials
+        return made
+
+    @property
+    def waiting(self) -> bool:
+        """True while the job is parked on a limit."""
+        return self.waiting_on is not None
+
+    @property
+    def state(self) -> str:
+        """``"waiting"`` for a job parked on a limit, else the status."""
+        return "waiting" if self.waiting else str(self)
 
 
 _RECORD_OPTIONAL = ("waiting_on", "denials")

@@ -15,7 +15,7 @@ from pydantic import TypeAdapter
 from taskq._ids import uuid_from_int
 from taskq.exceptions import JobCancelledError, JobFailedError, JobNotFoundError, WaitTimeout
 from taskq.progress import ProgressEvent, progress_channel
-from taskq.records import AttemptRecord, JobRecord, RecordSource, build_record
+from taskq.records import AttemptRecord, JobRecord, JobStatus, RecordSource, build_record
 from taskq_sync.backends.base import Backend
 
 if TYPE_CHECKING:
@@ -95,10 +95,13 @@ class JobHandle(Generic[R]):
         self.record = record
         return record
 
-    def status(self) -> str:
-        """The job's current status (re-read from the store)."""
+    def status(self) -> JobStatus:
+        """The job's current status (re-read from the store): a ``str`` (``"pending"``,
+        ``"scheduled"``, ...) that also carries, for a job parked on a limit, what it
+        waits on (``.waiting_on``), when it can next run (``.ready_at``) and how often a
+        limit parked it (``.denials``); ``.state`` reads ``"waiting"`` for it."""
         self._require_client("status")
-        return self.refresh().status
+        return JobStatus(self.refresh())
 
     def attempts(self) -> list[AttemptRecord]:
         """Every attempt so far, oldest first."""

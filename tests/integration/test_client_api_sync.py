@@ -11,6 +11,7 @@ blocking calls (no event loop, no thread).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 from uuid import uuid4
 
@@ -84,3 +85,35 @@ def test_a_cancelled_job_is_cancelled_and_waiting_on_it_raises(tq: TaskQ) -> Non
     assert record.status == "cancelled"
     with pytest.raises(JobCancelledError):
         handle.wait(timeout=1)
+
+
+def test_status_says_what_a_parked_job_waits_on_and_when_it_can_run(tq: TaskQ) -> None:
+    """A job a limit parked (as the worker leaves it: ``scheduled``, ``waiting_on`` and
+    ``denials`` set) reports that through ``status()``; a job scheduled for later does not."""
+    from sqlalchemy import update
+
+    from taskq.db.tables import jobs
+
+    parked = tq.jobs.enqueue(double, Item(n=1), delay=timedelta(seconds=30))
+    later = tq.jobs.enqueue(double, Item(n=2), delay=timedelta(seconds=30))
+    with tq.engine.begin() as conn:
+        conn.execute(
+            update(jobs)
+            .where(jobs.c.id == parked.job_id)
+            .values(waiting_on="tenant-api:acme", denials=2)
+        )
+    status = parked.status()
+    record = parked.refresh()
+    assert status == "scheduled"
+    assert (status.waiting, status.state) == (True, "waiting")
+    assert (status.waiting_on, status.denials) == ("tenant-api:acme", 2)
+    assert status.ready_at == record.scheduled_at
+    plain = later.status()
+    assert plain == "scheduled"
+    assert (plain.waiting, plain.state, plain.waiting_on, plain.ready_at) == (
+        False,
+        "scheduled",
+        None,
+        None,
+    )
+    assert (plain.denials, str(plain)) == (0, "scheduled")

@@ -602,12 +602,12 @@ async def test_actor_statistics_over_a_window(engine: AsyncEngine, on: TaskQSett
     )
     old = datetime.now(UTC) - timedelta(days=3)
     await s.seed(engine, 2, actor="ui_stat", status="failed", error_class="Old", start=old)
-    stats = (await StatsClient(engine).actors_stats(timedelta(hours=1)))["ui_stat"]
+    stats = (await StatsClient(engine).actors_stats(timedelta(hours=1), ["ui_stat"]))["ui_stat"]
     assert (stats.completed, stats.failures, stats.last_error_class) == (6, 2, "Late")
     # Durations finished - started: 5, 6, 7, 8 (succeeded), 5 (failed), 35 (crashed) s.
     assert stats.p50_s == pytest.approx(6.0)
     assert stats.p99_s == pytest.approx(35.0)
-    week = (await StatsClient(engine).actors_stats(timedelta(days=7)))["ui_stat"]
+    week = (await StatsClient(engine).actors_stats(timedelta(days=7), ["ui_stat"]))["ui_stat"]
     assert (week.completed, week.last_error_class) == (8, "Late")
     await ActorsClient(engine).set("ui_stat", queue="default")
     async with ui_client(engine, on) as ui:

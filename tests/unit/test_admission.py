@@ -171,3 +171,46 @@ def test_a_rate_gate_follows_the_stores_decisions() -> None:
     gate.observe(denied, 2.0)
     assert gate.available(2.3) == 0.0
     assert gate.available(2.4) == pytest.approx(1.0)
+
+
+async def test_a_kept_slot_pays_for_the_next_claim_without_a_statement() -> None:
+    """A finished job's slot of a reservation taken in the claim's transaction is kept:
+    the next round counts it, the claim takes it without a statement (``take`` is not
+    called) and marks it adopted; a kept slot no round used is released afterwards."""
+    store, clock = Store(tokens=4), Clock()
+    adm = Admission(
+        {limited.name: limited},
+        RateLimitRegistry(),
+        {},
+        acquire=store.acquire,
+        refund=store.refund,
+        take_slot=store.take_slot,
+        give_slot=store.give_slot,
+        in_claim=lambda reservation: True,
+        clock=clock,
+    )
+    gate = adm.slot_gates[SLOTS.name]
+    gate.held = 2  # both slots held by this worker's running jobs
+    gate.denied(30.0, clock.t)  # and the store said so
+    assert adm.allowance(limited.name) == 0
+    assert adm.keep(SLOTS.name, 1)  # one of them ended
+    assert adm.allowance(limited.name) == 1  # kept: usable although the gate is full
+    assert adm.kept_actors() == [limited.name]  # a hand-over can claim for it at once
+    taken: list[str] = []
+
+    async def take(reservation: Any) -> int | None:
+        taken.append(reservation.name)
+        return None
+
+    paid = await adm.prepay(limited.name, 1, kept_only=True)
+    assert await adm.take_in_claim(paid, take) == 1
+    assert taken == []  # no statement for the kept slot
+    assert paid.adopted == {(SLOTS.name, 1)}
+    assert (gate.held, gate.kept) == (2, [])
+    assert adm.keep(SLOTS.name, 0)
+    clock.t += 1
+    await adm.release_kept(before=clock.t - 2)  # kept after that round began: stays
+    assert len(gate.kept) == 1
+    await adm.release_kept(before=clock.t)
+    assert (gate.kept, gate.held, store.slot_calls) == ([], 1, ["give"])
+    assert adm.allowance(limited.name) == 1

@@ -181,7 +181,7 @@ Index(
     postgresql_where=text("parent_job_id IS NOT NULL"),
     sqlite_where=text("parent_job_id IS NOT NULL"),
 )
-# Operations: list pages newest first (keyset on created_at, id) and purge by finish time.
+# Operations: list pages newest first (keyset on created_at, id).
 Index("ix_jobs_created", jobs.c.created_at, jobs.c.id)
 Index("ix_jobs_queue_created", jobs.c.queue, jobs.c.created_at)
 # Tag filters (``JobFilter(tags=...)``: jsonb ``@>`` on Postgres, where this is GIN), on
@@ -210,11 +210,42 @@ Index(
     postgresql_where=text(_ACTIVE),
     sqlite_where=text(_ACTIVE),
 )
+# Purge by finish time; on Postgres it covers status and queue, so the throughput chart
+# and a queue's drain rate are index-only range scans of their window.
 Index(
     "ix_jobs_finished",
     jobs.c.finished_at,
+    postgresql_include=["status", "queue"],
     postgresql_where=text("finished_at IS NOT NULL"),
     sqlite_where=text("finished_at IS NOT NULL"),
+)
+# Admin UI (migration 0010): the jobs page's actor and status filters and their capped
+# counts walk one index range (newest first) however rare the value.
+Index("ix_jobs_actor_created", jobs.c.actor, jobs.c.created_at)
+Index("ix_jobs_status_created", jobs.c.status, jobs.c.created_at)
+# The identity-key filter without an actor (ix_jobs_identity leads with the actor).
+Index(
+    "ix_jobs_identity_key",
+    jobs.c.identity_key,
+    jobs.c.created_at,
+    postgresql_where=text("identity_key IS NOT NULL"),
+    sqlite_where=text("identity_key IS NOT NULL"),
+)
+# The actors page: each actor's newest finishes in a window, index-only on Postgres.
+Index(
+    "ix_jobs_actor_finished",
+    jobs.c.actor,
+    jobs.c.finished_at,
+    postgresql_include=["status", "started_at", "error_class"],
+    postgresql_where=text("finished_at IS NOT NULL"),
+    sqlite_where=text("finished_at IS NOT NULL"),
+)
+# The workers page: a worker's running jobs, counted to a cap (running rows only).
+Index(
+    "ix_jobs_running_worker",
+    jobs.c.locked_by,
+    postgresql_where=text("status = 'running'"),
+    sqlite_where=text("status = 'running'"),
 )
 
 job_attempts = Table(

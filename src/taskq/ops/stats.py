@@ -1,16 +1,17 @@
 """Read-only statistics the admin UI shows: a job's progress row, recent throughput, an
 actor's executor statistics over a window, schedule counts per actor.
 
-Every read is bounded (``LIMIT`` on an index walk from the newest finish down), so a page
-built from them stays fast on a table of millions of rows; a bounded read says so
-(``sampled``) when the window held more rows than it looked at.
+Every read is bounded (``LIMIT`` on an index walk from the newest finish down, index-only
+on Postgres; counts stop at a cap), so a page built from them stays fast on a table of
+millions of rows; a bounded read says so (``sampled``, ``estimated``) when the window held
+more rows than it looked at.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -28,15 +29,35 @@ __all__ = [
     "ProgressSnapshot",
     "StatsClient",
     "Throughput",
+    "actor_sample_size",
     "percentile",
 ]
 
 SAMPLE_LIMIT = 10_000
-"""The most finished rows one statistics read looks at."""
+"""The most finished rows one drain-rate count (and, on SQLite, the chart) looks at."""
+THROUGHPUT_LIMIT = 100_000
+"""The most finishes the throughput chart counts on Postgres (an index-only range scan,
+aggregated in the store); a window holding more is ``sampled``."""
 CHILDREN_LIMIT = 1000
 """The most children :meth:`StatsClient.children` reads."""
-WINDOW_SAMPLE = 20_000
-"""The most finishes :meth:`StatsClient.actors_stats` aggregates (the newest in the window)."""
+ACTOR_SAMPLE = 1_000
+"""The most finishes per actor :meth:`StatsClient.actors_stats` looks at: the actor's
+newest in the window. An actor whose window holds more has its statistics from these and
+its counts estimated (``ActorStats.estimated``)."""
+ACTORS_SAMPLE_TOTAL = 25_000
+"""The most finishes one :meth:`StatsClient.actors_stats` read looks at over all the
+actors it is given: each actor's share is ``ACTORS_SAMPLE_TOTAL // len(actors)``, between
+:data:`ACTOR_SAMPLE_MIN` and :data:`ACTOR_SAMPLE` (500 each for 50 actors)."""
+ACTOR_SAMPLE_MIN = 100
+"""The fewest finishes per actor a statistics read looks at, however many actors."""
+
+
+def actor_sample_size(actors: int) -> int:
+    """How many of each actor's newest finishes one statistics read over ``actors``
+    actors looks at (see :data:`ACTORS_SAMPLE_TOTAL`)."""
+    return max(ACTOR_SAMPLE_MIN, min(ACTOR_SAMPLE, ACTORS_SAMPLE_TOTAL // max(actors, 1)))
+
+
 _FAILED = frozenset({"failed", "crashed", "abandoned"})
 
 
@@ -88,12 +109,27 @@ class ActorStats:
     p95_s: float | None
     p99_s: float | None
     sampled: bool
+    """True when the window held more finishes than were looked at."""
     by_status: dict[str, int] = field(default_factory=dict)
+    sample_size: int = 0
+    """How many finishes the percentiles, the share and the last error class come from."""
+    estimated: bool = False
+    """True when ``completed`` and ``failures`` are estimates: the sample's rate over its
+    own time span, extended to the whole window (the window held more than the sample)."""
 
     @property
     def failure_share(self) -> float | None:
         """Failures over completed, ``None`` when nothing completed."""
         return self.failures / self.completed if self.completed else None
+
+
+def _estimate(count: int, window: timedelta, span: timedelta) -> int:
+    """``count`` finishes seen over ``span`` (the newest part of ``window``), extended to
+    the whole window at the same rate; never below ``count``."""
+    seconds = span.total_seconds()
+    if seconds <= 0:
+        return count
+    return max(count, round(count * window.total_seconds() / seconds))
 
 
 def percentile(values: Sequence[float], p: float) -> float | None:
@@ -131,16 +167,34 @@ class StatsClient:
     async def throughput(
         self, window: timedelta = timedelta(hours=1), buckets: int = 12, *, queue: str | None = None
     ) -> Throughput:
-        """Successes and failures over the last ``window`` in ``buckets`` buckets."""
+        """Successes and failures over the last ``window`` in ``buckets`` buckets.
+
+        Postgres (no ``queue``): counted in the store over an index-only range of
+        ``ix_jobs_finished``, up to :data:`THROUGHPUT_LIMIT` finishes; otherwise the newest
+        :data:`SAMPLE_LIMIT` rows are bucketed here."""
         if buckets < 1:
             raise ValueError("buckets must be >= 1")
-        async with transaction(self.engine, readonly=True) as conn:
-            now: datetime = (await conn.execute(store_now(self.engine.dialect.name))).scalar_one()
-            since = now - window
-            rows = (await conn.execute(q.recent_finishes(since, SAMPLE_LIMIT, queue))).all()
         width = window / buckets
         ok = [0] * buckets
         bad = [0] * buckets
+        dialect = self.engine.dialect.name
+        async with transaction(self.engine, readonly=True) as conn:
+            now: datetime = (await conn.execute(store_now(dialect))).scalar_one()
+            since = now - window
+            if dialect == "postgresql" and queue is None:
+                stmt = q.throughput_buckets(since, width.total_seconds(), THROUGHPUT_LIMIT)
+                counted = 0
+                for index, status, n in (await conn.execute(stmt)).all():
+                    counted += int(n)
+                    slot = min(int(index), buckets - 1)
+                    if slot < 0:
+                        continue
+                    if status == "succeeded":
+                        ok[slot] += int(n)
+                    elif status in _FAILED:
+                        bad[slot] += int(n)
+                return Throughput(since, width, ok, bad, counted >= THROUGHPUT_LIMIT)
+            rows = (await conn.execute(q.recent_finishes(since, SAMPLE_LIMIT, queue))).all()
         for _queue, status, finished in rows:
             index = min(int((finished - since) / width), buckets - 1)
             if index < 0:
@@ -185,16 +239,42 @@ class StatsClient:
         *,
         cap: int = 1000,
     ) -> list[JobCount]:
-        """:meth:`active_count` for each ``(statuses, queue, actor)``, in one read-only
-        transaction (one connection, no per-count transaction round trips)."""
+        """:meth:`active_count` for each ``(statuses, queue, actor)``: on Postgres one
+        statement for the queue keys and one for the actor keys (planned once, however
+        many counts a page shows); one statement per key on SQLite or for a key giving
+        both a queue and an actor (or neither)."""
         if cap < 1:
             raise ValueError("cap must be >= 1")
-        out: list[JobCount] = []
+        if not keys:
+            return []
         async with transaction(self.engine, readonly=True) as conn:
-            for statuses, queue, actor in keys:
-                stmt = q.active_count(statuses, cap, queue=queue, actor=actor)
-                n = int((await conn.execute(stmt)).scalar_one())
-                out.append(JobCount(min(n, cap), n > cap, cap))
+            if self.engine.dialect.name != "postgresql" or any(
+                (queue is None) == (actor is None) for _statuses, queue, actor in keys
+            ):
+                out = []
+                for statuses, queue, actor in keys:
+                    stmt = q.active_count(statuses, cap, queue=queue, actor=actor)
+                    n = int((await conn.execute(stmt)).scalar_one())
+                    out.append(JobCount(min(n, cap), n > cap, cap))
+                return out
+            found: dict[tuple[str, str, str], int] = {}
+            for column in ("queue", "actor"):
+                pairs = [
+                    (value, status)
+                    for statuses, queue, actor in keys
+                    if (value := queue if column == "queue" else actor) is not None
+                    for status in statuses
+                ]
+                if pairs:
+                    stmt = q.active_counts(column, pairs, cap)
+                    for value, status, n in (await conn.execute(stmt)).all():
+                        found[(column, str(value), str(status))] = int(n)
+        out = []
+        for statuses, queue, actor in keys:
+            column, value = ("queue", queue) if queue is not None else ("actor", actor)
+            # Each status counted to cap + 1: the sum passes cap exactly when the total does.
+            n = sum(found.get((column, str(value), status), 0) for status in set(statuses))
+            out.append(JobCount(min(n, cap), n > cap, cap))
         return out
 
     async def finished_since(self, window: timedelta, queue: str) -> tuple[int, bool]:
@@ -206,41 +286,70 @@ class StatsClient:
             n = int((await conn.execute(stmt)).scalar_one())
         return min(n, SAMPLE_LIMIT), n > SAMPLE_LIMIT
 
-    async def actors_stats(self, window: timedelta) -> dict[str, ActorStats]:
-        """Every actor's executor statistics over the last ``window``, from one read of the
-        newest :data:`WINDOW_SAMPLE` finishes (aggregated in Postgres; in Python on
-        SQLite). Actors with no finish in the window are absent."""
+    async def actors_stats(
+        self, window: timedelta, actors: Sequence[str], *, per_actor: int | None = None
+    ) -> dict[str, ActorStats]:
+        """Executor statistics over the last ``window`` for each of ``actors``, from each
+        actor's newest ``per_actor`` finishes in the window (default
+        :func:`actor_sample_size`; one statement on Postgres, an index-only range per
+        actor; one read per actor on SQLite).
+
+        An actor whose window held fewer finishes has exact figures; one that held more
+        has its percentiles, failure share and last error class from those finishes and
+        ``completed``/``failures`` estimated (``estimated``, ``sample_size``). Actors with
+        no finish in the window are absent."""
+        names = sorted(set(actors))
+        if not names:
+            return {}
+        if per_actor is None:
+            per_actor = actor_sample_size(len(names))
+        if per_actor < 1:
+            raise ValueError("per_actor must be >= 1")
         dialect = self.engine.dialect.name
+        out: dict[str, ActorStats] = {}
         async with transaction(self.engine, readonly=True) as conn:
             now: datetime = (await conn.execute(store_now(dialect))).scalar_one()
             since = now - window
             if dialect == "postgresql":
-                sample = q.window_sample(since, WINDOW_SAMPLE)
-                summary = (await conn.execute(q.actors_summary(sample))).all()
-                last = dict((await conn.execute(q.actors_last_error(sample))).all())
-                sampled = sum(int(r[1]) for r in summary) >= WINDOW_SAMPLE
-                return {
-                    str(actor): ActorStats(
+                stmt = q.actors_window(names, since, per_actor)
+                for actor, n, failures, last, points, oldest in (await conn.execute(stmt)).all():
+                    if not n:
+                        continue
+                    p50, p95, p99 = points or (None, None, None)
+                    full = int(n) >= per_actor
+                    completed, failed = int(n), int(failures)
+                    if full:
+                        completed = _estimate(int(n), window, now - oldest)
+                        failed = round(completed * int(failures) / int(n))
+                    out[str(actor)] = ActorStats(
                         actor=str(actor),
                         window=window,
-                        completed=int(n),
-                        failures=int(failures),
-                        last_error_class=last.get(actor),
+                        completed=completed,
+                        failures=failed,
+                        last_error_class=last,
                         p50_s=_float(p50),
                         p95_s=_float(p95),
                         p99_s=_float(p99),
-                        sampled=sampled,
+                        sampled=full,
+                        sample_size=int(n),
+                        estimated=full,
                     )
-                    for actor, n, failures, p50, p95, p99 in summary
-                }
-            rows = (await conn.execute(q.recent_rows(since, WINDOW_SAMPLE))).all()
-        grouped: dict[str, list[Any]] = {}
-        for row in rows:
-            grouped.setdefault(str(row[0]), []).append(row[1:])
-        sampled = len(rows) >= WINDOW_SAMPLE
-        return {
-            actor: _summarise(actor, window, items, sampled) for actor, items in grouped.items()
-        }
+                return out
+            for actor in names:
+                rows = (await conn.execute(q.actor_recent(actor, since, per_actor))).all()
+                if rows:
+                    full = len(rows) >= per_actor
+                    stats = _summarise(actor, window, rows, full)
+                    if full:
+                        completed = _estimate(len(rows), window, now - rows[-1][3])
+                        stats = replace(
+                            stats,
+                            completed=completed,
+                            failures=round(completed * stats.failures / len(rows)),
+                            estimated=True,
+                        )
+                    out[actor] = stats
+        return out
 
     async def schedule_counts(self) -> dict[str, tuple[int, int]]:
         """Per actor: ``(schedules, enabled schedules)``."""
@@ -278,4 +387,5 @@ def _summarise(actor: str, window: timedelta, rows: Sequence[Any], sampled: bool
         p99_s=percentile(durations, 99),
         sampled=sampled,
         by_status=by_status,
+        sample_size=len(rows),
     )

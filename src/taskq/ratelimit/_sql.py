@@ -39,11 +39,13 @@ __all__ = [
     "PgAutocommit",
     "sql_gcra",
     "sql_log",
+    "sql_log_refund",
     "sql_now_us",
     "sql_publish",
     "sql_read",
     "sql_reset",
     "sql_token_bucket",
+    "sql_token_bucket_refund",
 ]
 
 
@@ -221,6 +223,48 @@ async def sql_token_bucket(
                 ),
             )
         return result.allowed, result.tokens, result.retry_after_us
+
+
+async def sql_token_bucket_refund(
+    engine: AsyncEngine, name: str, *, capacity: float, rate: float, count: float
+) -> float:
+    """Give ``count`` tokens back (capped at ``capacity``); returns the tokens now there.
+
+    One transaction: lock the row, refill it to the store's clock as an acquire would,
+    add the tokens, write it back. A bucket with no row is full: nothing to give back to.
+    """
+    async with transaction(engine) as conn:
+        tokens, _, updated_at, now_us = await _lock_row(
+            conn,
+            name,
+            kind="token_bucket",
+            capacity=capacity,
+            refill_per_second=rate,
+            window_s=None,
+        )
+        if tokens is None:
+            return capacity
+        now = tb_step(
+            tokens,
+            to_us(updated_at),
+            now_us,
+            capacity=capacity,
+            rate=rate,
+            count=0.0,
+            consume=False,
+        )
+        refilled = min(capacity, now.tokens + count)
+        await conn.execute(
+            q.bucket_store(),
+            q.bucket_store_params(name, tokens=refilled, updated_at=from_us(now.ts_us), tat=None),
+        )
+        return refilled
+
+
+async def sql_log_refund(engine: AsyncEngine, name: str, request_id: str) -> None:
+    """Drop the window entry of one accepted log-style request (its refund)."""
+    async with transaction(engine) as conn:
+        await conn.execute(q.window_refund(name, request_id))
 
 
 async def sql_gcra(

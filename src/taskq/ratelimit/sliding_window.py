@@ -223,11 +223,13 @@ class SlidingWindow:
         clock: Clock | None = None,
         settings: TaskQSettings | None = None,
     ) -> None:
-        """Undo an allowed log-style Redis decision (``ZREM`` of its ``request_id``).
+        """Undo an allowed log-style decision: Redis ``ZREM`` of its ``request_id``, or
+        on the SQL backend (``pg_pool``) the delete of its window entry.
 
         Every other case is a no-op: GCRA keeps no per-request state, the memory log does
-        not support refunds, and a Postgres refund only logs a warning. ``count`` is
-        accepted for symmetry with ``TokenBucket.refund``; one decision is one request.
+        not support refunds, and a Postgres decision without ``pg_pool`` only logs a
+        warning. ``count`` is accepted for symmetry with ``TokenBucket.refund``; one
+        decision is one request.
         """
         if not decision.allowed or decision.request_id is None or self.style != "log":
             return
@@ -235,7 +237,13 @@ class SlidingWindow:
             client = rru.require_redis(redis_client, self.name, settings)
             await client.zrem(self.redis_key, decision.request_id)
         elif decision.backend == "postgres":
-            _log.warning("ratelimit.refund_noop bucket=%s backend=postgres", self.name)
+            if pg_pool is None:
+                _log.warning(
+                    "ratelimit.refund_noop bucket=%s backend=postgres no pg_pool", self.name
+                )
+                return
+            engine = with_schema(pg_pool, settings=settings)
+            await _sql.sql_log_refund(engine, self.name, decision.request_id)
 
     async def peek(
         self,

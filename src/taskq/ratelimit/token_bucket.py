@@ -227,8 +227,9 @@ class TokenBucket:
     ) -> None:
         """Give ``count`` tokens back after a rollback (never after the actor succeeded).
 
-        Goes to the backend that made ``decision``; a Postgres decision's refund is a
-        no-op that logs a warning. A denied decision took nothing and refunds nothing.
+        Goes to the backend that made ``decision`` (a Postgres one, made by the SQL
+        backend or the Redis fallback, needs ``pg_pool``: without it the refund is a no-op
+        that logs a warning). A denied decision took nothing and refunds nothing.
         """
         if not decision.allowed:
             return
@@ -243,8 +244,16 @@ class TokenBucket:
         elif decision.backend == "redis":
             client = rru.require_redis(redis_client, self.name, settings)
             await rru.evalsha(client, TOKEN_BUCKET, self._script_args(count, b"refund"))
+        elif pg_pool is None:
+            _log.warning("ratelimit.refund_noop bucket=%s backend=postgres no pg_pool", self.name)
         else:
-            _log.warning("ratelimit.refund_noop bucket=%s backend=postgres", self.name)
+            await _sql.sql_token_bucket_refund(
+                with_schema(pg_pool, settings=settings),
+                self.name,
+                capacity=self.capacity,
+                rate=self.refill_per_second,
+                count=count,
+            )
 
     async def peek(
         self,

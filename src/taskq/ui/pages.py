@@ -17,7 +17,7 @@ from starlette.routing import Route
 from taskq.constants import JOB_STATUSES
 from taskq.job_filter import JobFilter
 from taskq.ops.results import JobCount
-from taskq.ops.stats import ActorStats
+from taskq.ops.stats import SAMPLE_LIMIT, THROUGHPUT_LIMIT, ActorStats, actor_sample_size
 from taskq.ui import inputs
 from taskq.ui.app import admin_of
 from taskq.ui.inputs import BadInput
@@ -33,6 +33,8 @@ LIST_CAP = 1_000
 """Where the jobs page's "N matching" stops counting."""
 CONFIRM_CAP = 100_000
 """Where the confirmation page's count stops counting."""
+STOPPED_SHOWN = 100
+"""How many stopped workers the workers page lists (the newest; live ones always)."""
 
 
 async def _view(request: Request) -> None:
@@ -75,6 +77,9 @@ async def overview(request: Request) -> Response:
         chart=_chart(throughput.succeeded, throughput.failed),
         workers=workers,
         leaders=[w for w in workers if w.leader],
+        throughput_cap=THROUGHPUT_LIMIT
+        if admin.engine.dialect.name == "postgresql"
+        else SAMPLE_LIMIT,
         holding=holding,
     )
 
@@ -226,10 +231,10 @@ async def actors_page(request: Request) -> Response:
     label, window = inputs.window(request.query_params)
     rows = await admin.tq.actors.list()
     schedules = await admin.stats.schedule_counts()
-    stats_by_actor = await admin.cached(
-        ("actors-stats", label), lambda: admin.stats.actors_stats(window)
-    )
     names = [row.actor for row in rows]
+    stats_by_actor = await admin.cached(
+        ("actors-stats", label, tuple(names)), lambda: admin.stats.actors_stats(window, names)
+    )
 
     async def active() -> list[JobCount]:
         keys = [(ACTIVE, None, name) for name in names]
@@ -247,7 +252,13 @@ async def actors_page(request: Request) -> Response:
         for row, count in zip(rows, counts, strict=True)
     ]
     return await admin.render(
-        request, "actors.html", page="actors", actors=out, window=label, windows=inputs.WINDOWS
+        request,
+        "actors.html",
+        page="actors",
+        actors=out,
+        window=label,
+        windows=inputs.WINDOWS,
+        sample=actor_sample_size(len(names)),
     )
 
 
@@ -280,13 +291,14 @@ async def workers_page(request: Request) -> Response:
     await _view(request)
     admin = admin_of(request)
     include = inputs.parse_bool(request.query_params, "stopped")
-    workers = await admin.workers.list(include_stopped=include)
+    workers = await admin.workers.list(include_stopped=include, stopped_limit=STOPPED_SHOWN)
     return await admin.render(
         request,
         "workers.html",
         page="workers",
         workers=workers,
         include_stopped=include,
+        stopped_shown=STOPPED_SHOWN,
         refresh=REFRESH_S,
     )
 

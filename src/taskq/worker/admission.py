@@ -27,174 +27,18 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
-from uuid import UUID
 
 from taskq.actor import ActorRef
-from taskq.constants import DEFAULT_RESERVATION_BACKOFF
 from taskq.exceptions import ReservationUnavailable
-from taskq.ratelimit.composition import AcquiredResource, RateLimitHandle, ReservationHandle
+from taskq.ratelimit.composition import AcquiredResource, ReservationHandle
 from taskq.ratelimit.decision import RateLimitDecision
+from taskq.worker.gates import EPS as _EPS
+from taskq.worker.gates import ActorGates, Prepaid, RateGate, SlotGate
 
 __all__ = ["Admission", "Prepaid", "RateGate", "SlotGate"]
 
-_EPS = 1e-9
-_BACKOFF_S = DEFAULT_RESERVATION_BACKOFF.total_seconds()
 _MAX_KEYED_GATES = 10_000
-
-
-def _wait_s(decision: RateLimitDecision) -> float:
-    wait = decision.retry_after
-    return _BACKOFF_S if wait is None else max(0.0, wait.total_seconds())
-
-
-@dataclass(slots=True)
-class RateGate:
-    """The estimate of one rate limit: ``level`` tokens at ``at`` (monotonic), refilled
-    at ``rate`` per second up to ``capacity``; nothing before ``blocked_until``."""
-
-    primitive: Any
-    capacity: float
-    rate: float
-    level: float
-    at: float
-    blocked_until: float = 0.0
-    next_park: float = 0.0
-    """Keyed gates: when the next job parked behind this key is projected to run."""
-
-    @classmethod
-    def of(cls, primitive: Any, now: float) -> RateGate:
-        """A gate for a ``TokenBucket`` or ``SlidingWindow``, assumed full (it starts so)."""
-        if hasattr(primitive, "refill_per_second"):
-            capacity, rate = float(primitive.capacity), float(primitive.refill_per_second)
-        else:
-            capacity = float(primitive.limit)
-            rate = capacity / primitive.window.total_seconds()
-        return cls(primitive, capacity, rate, capacity, now)
-
-    @property
-    def name(self) -> str:
-        """The primitive's name."""
-        name: str = self.primitive.name
-        return name
-
-    @property
-    def counted(self) -> bool:
-        """True for a token bucket (one acquire may take several tokens)."""
-        return hasattr(self.primitive, "refill_per_second")
-
-    def available(self, now: float) -> float:
-        """Tokens the estimate says can be taken now."""
-        if now < self.blocked_until:
-            return 0.0
-        return min(self.capacity, self.level + self.rate * max(0.0, now - self.at))
-
-    def ready_at(self, want: float, now: float) -> float:
-        """When ``want`` tokens are estimated to be there (``inf`` for a spent quota)."""
-        have = self.available(now)
-        if have + _EPS >= want:
-            return now
-        if self.rate <= 0:
-            return max(self.blocked_until, now + _BACKOFF_S)
-        need = min(want, self.capacity) - self.level
-        return max(self.blocked_until, self.at + need / self.rate)
-
-    def observe(self, decision: RateLimitDecision, now: float, count: float = 1.0) -> None:
-        """Correct the estimate from the store's decision (the truth at ``now``)."""
-        self.level = max(0.0, float(decision.remaining))
-        self.at = now
-        if decision.allowed:
-            self.blocked_until = 0.0
-        elif count <= 1.0 or not self.counted:
-            self.blocked_until = now + _wait_s(decision)
-        elif self.level + _EPS < 1.0:
-            # A count above one was refused and not even one token is left.
-            self.blocked_until = now + (
-                (1.0 - self.level) / self.rate if self.rate > 0 else _BACKOFF_S
-            )
-
-    def park_at(self, now: float) -> float:
-        """The moment to park the next job of this (keyed) gate until, spreading a backlog
-        one refill interval apart instead of waking it all at once."""
-        at = max(self.ready_at(1.0, now), self.next_park)
-        step = 1.0 / self.rate if self.rate > 0 else _BACKOFF_S
-        self.next_park = at + step
-        return at
-
-
-@dataclass(slots=True)
-class SlotGate:
-    """The estimate of one reservation or queue cap: ``held`` slots are this worker's;
-    ``waiting`` says a denial saw every slot taken, until a release or ``blocked_until``
-    (the soonest lease end the denial reported)."""
-
-    reservation: Any
-    slots: int
-    held: int = 0
-    waiting: bool = False
-    blocked_until: float = 0.0
-
-    @property
-    def name(self) -> str:
-        """The reservation's name."""
-        name: str = self.reservation.name
-        return name
-
-    def available(self, now: float) -> int:
-        """Slots this worker may try to take now."""
-        if self.waiting:
-            if now < self.blocked_until:
-                return 0
-            self.waiting = False
-        return max(0, self.slots - self.held)
-
-    def denied(self, wait_s: float, now: float) -> None:
-        """A denial: nothing free until a release, or ``wait_s`` at the latest."""
-        self.waiting = True
-        self.blocked_until = now + wait_s
-
-    def released(self) -> None:
-        """A slot was freed (here, or seen free in the store)."""
-        self.waiting = False
-
-
-@dataclass(slots=True)
-class Prepaid:
-    """What was taken for one actor before a claim: ``units[gate]`` holds one decision per
-    token (a token bucket's multi-token decision repeated), ``slots[reservation]`` the
-    slot indexes taken (not yet tied to a job), ``granted`` how many jobs they pay for."""
-
-    actor: str
-    granted: int
-    units: dict[str, list[RateLimitDecision]] = field(default_factory=dict)
-    gates: dict[str, RateGate] = field(default_factory=dict)
-    slots: dict[str, list[int]] = field(default_factory=dict)
-    slot_gates: dict[str, SlotGate] = field(default_factory=dict)
-    deferred: list[SlotGate] = field(default_factory=list)
-    """Slot gates whose slots are taken inside the claim's transaction
-    (:meth:`Admission.take_in_claim`), not before it."""
-
-    def take_one(self, job_id: UUID, worker_id: UUID) -> list[AcquiredResource]:
-        """The handles paying for one claimed job (removed from the pool)."""
-        out: list[AcquiredResource] = []
-        for name, indexes in self.slots.items():
-            if indexes:
-                res = self.slot_gates[name].reservation
-                out.append(ReservationHandle(name, res, indexes.pop(), job_id, worker_id))
-        for name, units in self.units.items():
-            if units:
-                decision = units.pop()
-                out.append(RateLimitHandle(name, self.gates[name].primitive, decision))
-        self.granted -= 1
-        return out
-
-
-@dataclass(slots=True)
-class _ActorGates:
-    rate: list[RateGate]
-    slots: list[SlotGate]
-    keyed: bool
 
 
 Refund = Callable[[Any, RateLimitDecision, float], Any]
@@ -236,7 +80,7 @@ class Admission:
         self.rate_gates: dict[str, RateGate] = {}
         self.slot_gates: dict[str, SlotGate] = {}
         self.keyed_gates: dict[str, RateGate | SlotGate] = {}
-        self.actors: dict[str, _ActorGates] = {}
+        self.actors: dict[str, ActorGates] = {}
         for name, ref in actors.items():
             rate: list[RateGate] = []
             slots: list[SlotGate] = []
@@ -258,7 +102,7 @@ class Admission:
                 if isinstance(res, ConcurrencyReservation):
                     slots.append(self._slot_gate(res))
             if rate or slots or keyed:
-                self.actors[name] = _ActorGates(rate, slots, keyed)
+                self.actors[name] = ActorGates(rate, slots, keyed)
         self.static_slots = frozenset(g.name for a in self.actors.values() for g in a.slots)
         """Reservations taken before the claim: no job is ever parked on them."""
         self.queue_gates: dict[str, SlotGate] = {
@@ -325,7 +169,16 @@ class Admission:
 
     # -- paying before the claim ------------------------------------------------------
 
-    async def prepay(self, actor: str, want: int) -> Prepaid:
+    def kept_actors(self) -> list[str]:
+        """Actors (sorted) of which every static reservation has a kept slot: a hand-over
+        can claim one of their jobs at once."""
+        return sorted(
+            name
+            for name, gates in self.actors.items()
+            if gates.slots and all(slot.kept for slot in gates.slots)
+        )
+
+    async def prepay(self, actor: str, want: int, *, kept_only: bool = False) -> Prepaid:
         """Take, for up to ``want`` jobs of ``actor``, a slot of each static reservation
         and then a token of each static rate limit.
 
@@ -334,7 +187,7 @@ class Admission:
         is given back to the earlier ones, so all end up paying for the same
         ``granted`` jobs.
         """
-        paid = Prepaid(actor, want)
+        paid = Prepaid(actor, want, kept_only=kept_only)
         gates = self.actors.get(actor)
         if gates is None or want <= 0:
             return paid
@@ -376,6 +229,13 @@ class Admission:
         for gate in paid.deferred:
             indexes = paid.slots[gate.name]
             while len(indexes) < paid.granted:
+                if gate.kept:  # already this worker's in the store: no statement
+                    index, _ = gate.kept.pop()
+                    paid.adopted.add((gate.name, index))
+                    indexes.append(index)
+                    continue
+                if paid.kept_only:
+                    break
                 index = await take(gate.reservation)
                 if index is None:
                     gate.denied(float(gate.reservation.lease_s), self._clock())
@@ -385,6 +245,25 @@ class Admission:
             paid.granted = min(paid.granted, len(indexes))
         paid.deferred = []
         return paid.granted
+
+    def keep(self, name: str, index: int) -> bool:
+        """Keep a slot of static reservation ``name`` that a finished job held, for the
+        next claim (True), instead of releasing it; only for reservations whose slots are
+        taken in the claim's transaction."""
+        gate = self.slot_gates.get(name)
+        if gate is None or not self._in_claim(gate) or name not in self.static_slots:
+            return False
+        gate.kept.append((index, self._clock()))
+        return True
+
+    async def release_kept(self, before: float = math.inf) -> None:
+        """Release the kept slots kept at or before ``before`` (monotonic; all by default):
+        the claim rounds since had no job for them."""
+        for gate in self.slot_gates.values():
+            stale = [index for index, at in gate.kept if at <= before]
+            if stale:
+                gate.kept = [(index, at) for index, at in gate.kept if at > before]
+                await self._give_slots(gate, stale)
 
     async def _take_slots(self, gate: SlotGate, want: int, taken: list[int]) -> None:
         for _ in range(min(want, gate.available(self._clock()))):

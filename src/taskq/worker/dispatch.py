@@ -35,10 +35,9 @@ from taskq.worker.telemetry import (
     claim_started,
     mark_span,
     process_span,
-    record_attempt,
     record_received,
 )
-from taskq.worker.waiting import Gatekeeper, Plan
+from taskq.worker.waiting import Gatekeeper, Plan, SlotLost
 
 if TYPE_CHECKING:
     from taskq.worker.resources import Limits
@@ -139,6 +138,7 @@ class Dispatcher:
         """When the claim last found nothing for the actors without limits: until a wake
         or a poll interval later, rounds a rate limit's timer starts claim only the
         throttled actors (not one more scan past their backlog for the others)."""
+        self._hand_over: asyncio.Task[None] | None = None
         self.gate: Gatekeeper | None = None
         """The limits' side of dispatch (:mod:`taskq.worker.waiting`), once the boot set
         up rate limits, reservations or queue caps."""
@@ -149,14 +149,27 @@ class Dispatcher:
         gate = Gatekeeper(self.engine, limits, self.actors, self.worker_id, self._queues)
         gate.poll_s = self.settings.poll_interval.total_seconds()
         self.gate = gate
+        gate.claiming = lambda: self.claiming
         limits.on_release = self._released
+        limits.keep = gate.keep
         self.env.acquire = gate.take
         self.env.release = gate.release
+
+    def slot_freed_elsewhere(self, name: str) -> None:
+        """A NOTIFY said a slot of static reservation ``name`` was released (by any
+        worker): a gate that found it full opens, and the claim loop comes round."""
+        if self.gate is not None and name in self.gate.admission.slot_gates:
+            self.gate.admission.seen_free([name])
+            self._released([])
 
     def _released(self, names: list[str]) -> None:
         if self.gate is not None:
             for name in names:
                 self.gate.admission.released_slot(name)
+            if self._hand_over is None and self.claiming and self.gate.admission.kept_actors():
+                self._hand_over = asyncio.get_running_loop().create_task(self._hand_over_round())
+                if not names:
+                    return  # only kept slots: the hand-over claims for them
         if not self.wake.is_set():
             self._woken_by_release = True  # room for a throttled actor, not new work
         self.wake.set()
@@ -205,7 +218,7 @@ class Dispatcher:
                 n = limit if cap is None else min(limit, cap)
                 if n > 0:
                     groups.append((queues, (actor,), n, cap is not None or actor in self._unique))
-            if self._skip_others():
+            if plan.hand_over or self._skip_others():
                 return groups
         free_actors = tuple(
             a
@@ -238,16 +251,22 @@ class Dispatcher:
         poll = self.settings.poll_interval.total_seconds()
         return empty_at is not None and time.monotonic() - empty_at < poll
 
-    async def claim(self, free: int) -> list[ClaimedJob]:
+    async def claim(self, free: int, *, hand_over: bool = False) -> list[ClaimedJob]:
         """Claim up to ``free`` jobs (one transaction; one statement on the fast path).
 
         With limits, the round is planned first (:meth:`Gatekeeper.plan`: actors their
         limits hold back are left out, the others' tokens are paid) and the tokens of
-        jobs the claim did not find are refunded after it.
+        jobs the claim did not find are refunded after it. ``hand_over``: claim only for
+        the slots kept from jobs that just ended (:meth:`Gatekeeper.plan_hand_over`).
         """
         params = {"worker_id": self.worker_id, "lease_s": self._lease_s}
         rows: list[ClaimedJob] = []
-        plan = await self.gate.plan(free) if self.gate is not None else None
+        plan: Plan | None = None
+        if self.gate is not None:
+            plan = await (self.gate.plan_hand_over(free) if hand_over else self.gate.plan(free))
+        if plan is not None and plan.hand_over and not plan.limits:
+            await self.gate.settle(plan, rows)  # type: ignore[union-attr]
+            return rows
         try:
             if plan is not None and (not plan.queues or (not plan.limits and self._skip_others())):
                 return rows  # nothing this round could claim: no transaction at all
@@ -292,6 +311,47 @@ class Dispatcher:
                 await self.gate.settle(plan, rows)
         return rows
 
+    async def _hand_over_round(self) -> None:
+        """Claim at once for the slots kept from jobs that just ended, beside the claim
+        loop (which may be in a round of its own): the job that ended still counts in
+        :attr:`running` until its task ends, so its successor takes its place."""
+        try:
+            room = self.settings.max_concurrency - len(self.running) - self._reserved + 1
+            if room <= 0 or not self.claiming:
+                self.wake.set()  # the claim loop uses or releases what was kept
+                return
+            self._reserved += 1
+            started = claim_started()
+            try:
+                rows = await self.claim(1, hand_over=True)
+            except (DBAPIError, SQLAlchemyError, OSError, SlotLost) as exc:
+                # What was kept is released by the claim loop's next round.
+                _log.warning("worker-claim-failed", error=str(exc), retry_in=0)
+                self.wake.set()
+                return
+            finally:
+                self._reserved -= 1
+            record_received(self._queues, rows, started)
+            if not rows:
+                self.wake.set()  # nothing for the kept slots: the claim loop looks wider
+            await self._start_claimed(rows)
+        finally:
+            self._hand_over = None
+
+    async def _start_claimed(self, rows: list[ClaimedJob]) -> None:
+        """Admit and start claimed rows (hand them back when shutdown began meanwhile)."""
+        if not self.claiming:
+            if self.gate is not None:
+                await self.gate.drop(rows)
+            for row in rows:
+                self._start(row, start=False)
+            return
+        jobs = [self._job(row) for row in rows]
+        if self.gate is not None:
+            jobs = await self._admit(jobs)
+        for job in jobs:
+            self._start_job(job)
+
     async def run(self) -> None:
         """Claim and start jobs until :attr:`claiming` is switched off.
 
@@ -300,7 +360,15 @@ class Dispatcher:
         other). Slots are reserved before a claim, so the two never overfill the worker.
         """
         loops = 2 if self.settings.max_concurrency >= 2 * self.settings.claim_batch_size else 1
-        await asyncio.gather(*(self._claim_loop(i) for i in range(loops)))
+        try:
+            await asyncio.gather(*(self._claim_loop(i) for i in range(loops)))
+        finally:
+            if self._hand_over is not None:  # it hands its rows back: claiming is off
+                await asyncio.gather(self._hand_over, return_exceptions=True)
+            if self.gate is not None:
+                # Slots kept for a claim that will not come: free them for other workers.
+                with contextlib.suppress(Exception):
+                    await self.gate.release_kept()
 
     async def _claim_loop(self, index: int) -> None:
         batch = self.settings.claim_batch_size
@@ -316,13 +384,15 @@ class Dispatcher:
             want = min(free, batch)
             if self.wake.is_set() and not self._woken_by_release:
                 self._others_empty_at = None  # a NOTIFY (new work): look at everything
+                if self.gate is not None:
+                    self.gate.new_work()
             self._woken_by_release = False
             self.wake.clear()
             self._reserved += want
             started = claim_started()
             try:
                 rows = await self.claim(want)
-            except (DBAPIError, SQLAlchemyError, OSError) as exc:
+            except (DBAPIError, SQLAlchemyError, OSError, SlotLost) as exc:
                 _log.warning("worker-claim-failed", error=str(exc), retry_in=backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
@@ -457,7 +527,6 @@ class Dispatcher:
             self.lingering.add(job)
             asyncio.get_running_loop().create_task(self._reap(job))
         if not job.detached:
-            record_attempt(job, outcome, time.monotonic() - job.claimed_mono)
             self.completer.submit(outcome)
 
     async def _reap(self, job: RunningJob) -> None:

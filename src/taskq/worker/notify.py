@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 
 import psycopg
 import structlog
 from sqlalchemy.engine import URL
 
 from taskq.db.queries.dispatch import notify_channel
+from taskq.db.queries.handover import SLOT_FREED_PREFIX
 
 __all__ = ["Listener"]
 
@@ -23,13 +25,23 @@ _log = structlog.get_logger("taskq.worker.notify")
 
 
 class Listener:
-    """Sets ``wake`` whenever a job is enqueued on one of ``queues`` (Postgres only)."""
+    """Sets ``wake`` whenever a job is enqueued on one of ``queues`` (Postgres only), and
+    tells ``on_slot`` the name of each static reservation slot released (``slot <name>``
+    payloads)."""
 
-    def __init__(self, url: URL, schema: str, queues: tuple[str, ...], wake: asyncio.Event) -> None:
+    def __init__(
+        self,
+        url: URL,
+        schema: str,
+        queues: tuple[str, ...],
+        wake: asyncio.Event,
+        on_slot: Callable[[str], None] | None = None,
+    ) -> None:
         self._dsn = url.set(drivername="postgresql").render_as_string(hide_password=False)
         self._channel = notify_channel(schema)
         self._queues = frozenset(queues)
         self._wake = wake
+        self._on_slot = on_slot
         self.connected = asyncio.Event()
 
     async def run(self) -> None:
@@ -52,7 +64,11 @@ class Listener:
                 # A notification may have been missed while reconnecting: look once.
                 self._wake.set()
                 async for note in conn.notifies():
-                    if note.payload in self._queues or not note.payload:
+                    payload = note.payload
+                    if payload.startswith(SLOT_FREED_PREFIX):
+                        if self._on_slot is not None:
+                            self._on_slot(payload[len(SLOT_FREED_PREFIX) :])
+                    elif payload in self._queues or not payload:
                         self._wake.set()
             except (psycopg.Error, OSError) as exc:
                 _log.warning("worker-listen-lost", error=str(exc))

@@ -1,8 +1,7 @@
-"""What an attempt holds besides its row: DI instances, reservation slots, rate-limit tokens.
+"""What an attempt holds besides its row and its DI instances
+(:mod:`taskq.worker.dependencies`): reservation slots and rate-limit tokens.
 
-:class:`Dependencies` opens one DI scope per attempt (TRANSIENT instances live until the
-attempt ends; a sync actor's THREAD instances are built on its own thread) and checks at
-boot that every dependency has a provider. :class:`Limits` registers actor-declared
+:class:`Limits` registers actor-declared
 primitives and queue caps, checks at boot that every name an actor references is
 registered, acquires/releases per attempt (the queue cap slot first, then the actor's
 reservations and rate limits, ``acquire_for_actor``) and tells the heartbeat which
@@ -13,24 +12,28 @@ from the ``rate_limit_registry`` argument or a DI value provider.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import structlog
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from taskq.actor import ActorRef
 from taskq.clock import SystemClock
 from taskq.db.dialect import traits
-from taskq.db.engine import transaction
+from taskq.db.engine import transaction, with_schema
 from taskq.db.queries import dispatch as dq
+from taskq.db.queries import handover as hq
+from taskq.db.queries import ratelimit as rq
 from taskq.db.queries import worker as wq
-from taskq.di import Container, ProviderRegistry, Scope
-from taskq.exceptions import ConfigurationError, MissingProvider
+from taskq.db.queries.dispatch import notify_channel
+from taskq.di import ProviderRegistry, Scope
+from taskq.exceptions import ConfigurationError
 from taskq.settings import WorkerSettings
+from taskq.worker.dependencies import Dependencies
 from taskq.worker.state import RunningJob
 
 if TYPE_CHECKING:
@@ -38,94 +41,9 @@ if TYPE_CHECKING:
     from taskq.ratelimit.composition import AcquiredResource
 
 __all__ = ["Dependencies", "Limits", "SlotHold", "resolve_rate_limit_registry"]
+# Dependencies moved to taskq.worker.dependencies; still importable from here.
 
 _log = structlog.get_logger("taskq.worker")
-
-
-def _scope_of(registry: ProviderRegistry, dep: type[object]) -> Scope | None:
-    provider = registry.get(dep)
-    return provider.scope if provider is not None else None
-
-
-class Dependencies:
-    """The worker's DI: one container per process, one scope per attempt."""
-
-    def __init__(self, registry: ProviderRegistry | None) -> None:
-        self._registry = registry
-        self._container: Container | None = None
-
-    def open(self, actors: Iterable[ActorRef[Any, Any]]) -> None:
-        """Check every actor's dependencies (boot fails, not the first job) and open the
-        container. An unsealed registry is validated (and sealed) here. A sync actor
-        declaring a LOOP-scoped dependency gets a WARNING: loop-bound clients are not
-        thread-safe."""
-        refs = list(actors)
-        needy = [ref for ref in refs if ref.dependencies]
-        if self._registry is None:
-            if needy:
-                raise MissingProvider(next(iter(needy[0].dependencies.values())), needy[0].name)
-            return
-        if not self._registry.sealed:
-            self._registry.validate(actors=refs)
-        for ref in needy:
-            for name, dep in ref.dependencies.items():
-                scope = _scope_of(self._registry, dep)
-                if scope is None:
-                    raise MissingProvider(dep, ref.name)
-                if ref.is_sync and scope is Scope.LOOP:
-                    _log.warning(
-                        "worker-sync-actor-loop-dependency",
-                        actor=ref.name,
-                        parameter=name,
-                        dependency=dep.__qualname__,
-                    )
-        self._container = self._registry.container()
-
-    @property
-    def loop_connection(self) -> bool:
-        """True when an ``AsyncConnection`` is registered at ``Scope.LOOP``: the signal that
-        turns on transactional sub-jobs (a pool or engine registration does not)."""
-        provider = self._registry.get(AsyncConnection) if self._registry is not None else None
-        return provider is not None and provider.scope is Scope.LOOP
-
-    async def loop_connection_instance(self) -> AsyncConnection:
-        """The registered LOOP-scope ``AsyncConnection`` (built on first use, single-flight):
-        the connection a ``TASKQ_MAX_CONCURRENCY=1`` worker runs each job's transaction on."""
-        if self._container is None:
-            raise RuntimeError("the DI container is not open")
-        return await self._container.resolve(AsyncConnection)
-
-    @contextlib.asynccontextmanager
-    async def scope(self, job: RunningJob) -> AsyncIterator[dict[str, object]]:
-        """The attempt's loop-side keyword arguments; TRANSIENT ones torn down at exit."""
-        if self._container is None or self._registry is None:
-            raise RuntimeError(f"actor {job.ref.name!r} declares dependencies but no di_registry")
-        registry = self._registry
-        container = self._container
-        ref = job.ref
-        on_thread = {
-            name
-            for name, dep in ref.dependencies.items()
-            if ref.is_sync and _scope_of(registry, dep) is Scope.THREAD
-        }
-        async with container.invocation() as inv:
-            yield {
-                name: await container.resolve(dep, _transient=inv.stack)
-                for name, dep in ref.dependencies.items()
-                if name not in on_thread
-            }
-
-    def thread_kwargs(self, job: RunningJob) -> dict[str, object]:
-        """A sync actor's THREAD-scoped arguments, built on the calling (actor) thread."""
-        if self._container is None:
-            return {}
-        return self._container.thread_kwargs_for(job.ref)
-
-    async def close(self) -> None:
-        """Tear the container down (PROCESS/LOOP/THREAD instances, newest first)."""
-        if self._container is not None:
-            with contextlib.suppress(Exception):
-                await self._container.aclose()
 
 
 def resolve_rate_limit_registry(argument: Any, di_registry: ProviderRegistry | None) -> Any:
@@ -218,8 +136,11 @@ class Limits:
         """Told the names of the slots this worker released (the dispatcher's gates)."""
         self.schema_name = settings.schema_name
         self.never_parked: frozenset[str] = frozenset()
-        """Reservations taken before the claim (no job waits parked on them: a release
-        has nobody to wake)."""
+        """Reservations taken before the claim (no job waits parked on them: their release
+        wakes the other workers instead, :meth:`release_slot`)."""
+        self.keep: Callable[[Any], bool] | None = None
+        """Asked for each static slot a finished job releases: True when the dispatcher
+        keeps it for its next claim (:meth:`taskq.worker.waiting.Gatekeeper.keep`)."""
 
     def prepare(self, actors: Iterable[ActorRef[Any, Any]]) -> None:
         """Pick the registry, register actor-declared primitives, check referenced names.
@@ -403,19 +324,34 @@ class Limits:
 
         self._slots.pop(acquired.job_id, None)
         freed: list[str] = []
+        kept = False
         if acquired.resources and self.registry is not None:
-            await self.registry.release_for_actor(
-                acquired.resources,
-                worker_id=self._worker_id,
-                redis_client=self._redis,
-                pg_pool=self._engine,
-                clock=self._clock,
-                settings=self._settings,
-            )
-            freed += [h.name for h in acquired.resources if isinstance(h, ReservationHandle)]
+            rest: list[Any] = []
+            for handle in reversed(acquired.resources):
+                if not isinstance(handle, ReservationHandle):
+                    continue
+                if handle.name not in self.never_parked:
+                    rest.append(handle)
+                elif self.keep is not None and self.keep(handle):
+                    kept = True  # handed to the next claim: no release, no round trip
+                else:
+                    await self.release_slot(handle.primitive, handle.slot_index)
+                    freed.append(handle.name)
+            if rest:
+                await self.registry.release_for_actor(
+                    list(reversed(rest)),
+                    worker_id=self._worker_id,
+                    redis_client=self._redis,
+                    pg_pool=self._engine,
+                    clock=self._clock,
+                    settings=self._settings,
+                )
+                freed += [h.name for h in rest]
         for reservation, slot in reversed(acquired.caps):
             await reservation.release(slot, self._worker_id, pool=self._engine)
             freed.append(reservation.name)
+        if kept and not freed and self.on_release is not None:
+            self.on_release([])  # the claim loop comes round for the kept slot
         if freed:
             if self.on_release is not None:
                 self.on_release(freed)
@@ -455,12 +391,29 @@ class Limits:
         return index
 
     async def give_slot(self, reservation: Any, index: int) -> None:
-        """Give back a slot :meth:`take_slot` took and no job used."""
-        pool = None if reservation.clock is not None else self._engine
+        """Give back a slot of a static reservation that no job used (taken for a claim
+        that found no job, or kept from a job that ended)."""
         try:
-            await reservation.release(index, self._worker_id, pool)
+            await self.release_slot(reservation, index)
         except (DBAPIError, SQLAlchemyError, OSError) as exc:
             _log.warning("worker-slot-release-failed", reservation=reservation.name, error=str(exc))
+
+    async def release_slot(self, reservation: Any, index: int) -> None:
+        """Free a slot of a static reservation (taken before the claim: no job is parked
+        on it to wake). On Postgres the same statement NOTIFYs every worker that it is
+        free (``slot <name>``), so one whose claim found it full comes round at once; on
+        SQLite they see it at their next look at the slots (the poll)."""
+        if reservation.clock is not None:
+            await reservation.release(index, self._worker_id, None)
+            return
+        engine = with_schema(self._engine, schema=reservation.schema)
+        async with transaction(engine) as conn:
+            if traits(conn.dialect.name).notify:
+                channel = notify_channel(self._settings.schema_name)
+                stmt = hq.release_slot_notify(channel, reservation.name, index, self._worker_id)
+            else:
+                stmt = rq.slot_release(reservation.name, index, self._worker_id)
+            await conn.execute(stmt)
 
     async def acquire_rate(self, primitive: Any, count: float) -> Any:
         """One acquire of ``count`` tokens (one request for a sliding window) of

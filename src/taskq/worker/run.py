@@ -42,6 +42,7 @@ from taskq.settings import WorkerSettings
 from taskq.telemetry import metrics_on
 from taskq.worker.boot import retry_boot_step
 from taskq.worker.cancel import CancelController
+from taskq.worker.dependencies import Dependencies
 from taskq.worker.dispatch import Dispatcher, run_sync_actor_tracked
 from taskq.worker.execute import AttemptEnv
 from taskq.worker.heartbeat import Heartbeat
@@ -49,7 +50,7 @@ from taskq.worker.leader import LeaderLease
 from taskq.worker.notify import Listener
 from taskq.worker.progress import Progress
 from taskq.worker.queues import claimed_queues
-from taskq.worker.resources import Dependencies, Limits, resolve_rate_limit_registry
+from taskq.worker.resources import Limits, resolve_rate_limit_registry
 from taskq.worker.shutdown import WATCHDOG_TAIL_S, Phase, ShutdownState, Watchdog, pause
 from taskq.worker.state import AttemptOutcome, Outcome, OutcomeKind, RunningJob
 from taskq.worker.subjobs import AutonomousCounter, SubJobs
@@ -431,7 +432,11 @@ class Worker:
         url = self.engine.url
         if traits(self.engine.dialect.name).notify:
             listener = Listener(
-                async_url(url), self.settings.schema_name, self.settings.queues, self.wake
+                async_url(url),
+                self.settings.schema_name,
+                self.settings.queues,
+                self.wake,
+                on_slot=self.dispatcher.slot_freed_elsewhere,
             )
             self._spawn(listener.run(), "listen", stoppable=False)
         self._spawn(self.dispatcher.completer.run(), "complete")

@@ -12,7 +12,10 @@
   parks in one statement), no attempt counted and no ``job_attempts`` row, the primitive
   recorded in ``waiting_on``;
 - a released reservation or queue-cap slot wakes one job parked on it
-  (:meth:`taskq.worker.resources.Limits.wake`).
+  (:meth:`taskq.worker.resources.Limits.wake`); a static reservation's slot is instead
+  *kept* by the worker whose job ended and handed to the next job it claims
+  (:meth:`Gatekeeper.keep`, :meth:`Gatekeeper.plan_hand_over`), or released with a
+  NOTIFY that wakes the other workers.
 
 A park is no attempt, so it makes no ``process`` span: each admission is an ``admit``
 span and each written park a ``taskq.job.throttled.duration`` point
@@ -24,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
@@ -36,6 +39,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from taskq.actor import ActorRef
 from taskq.db.engine import transaction
 from taskq.db.queries import dispatch as dq
+from taskq.db.queries import handover as hq
 from taskq.db.queries import ratelimit as rq
 from taskq.exceptions import ReservationUnavailable
 from taskq.worker.admission import Admission, Prepaid, RateGate
@@ -44,7 +48,7 @@ from taskq.worker.resources import Limits
 from taskq.worker.state import RunningJob
 from taskq.worker.telemetry import admission_span, mark_admission, record_parked
 
-__all__ = ["Gatekeeper", "Plan"]
+__all__ = ["Gatekeeper", "Plan", "SlotLost"]
 
 _log = structlog.get_logger("taskq.worker")
 _SLOT_POLL_S = 0.02
@@ -62,6 +66,15 @@ class Plan:
     paid: dict[str, Prepaid] = field(default_factory=dict)
     queues: tuple[str, ...] = ()
     room: dict[str, float] = field(default_factory=dict)
+    hand_over: bool = False
+    """Only the planned actors are claimed (:meth:`Gatekeeper.plan_hand_over`)."""
+    started: float = field(default_factory=time.monotonic)
+    """When the round was planned: slots kept before it and unused by it are released."""
+
+
+class SlotLost(RuntimeError):
+    """A slot this worker kept was taken by another worker meanwhile (this worker stalled
+    past its lease): the claim that would have used it is rolled back."""
 
 
 @dataclass(slots=True)
@@ -126,6 +139,9 @@ class Gatekeeper:
         self._slots_read = -math.inf
         self._park = dq.park_jobs(self._dialect)
         self._attach = dq.attach_slots()
+        self._adopt = hq.adopt_slot(self._dialect)
+        self.claiming: Callable[[], bool] = lambda: True
+        """Whether the dispatcher still claims (a slot is kept only for a claim to come)."""
         self._closed = False
         self.parked_total = 0
 
@@ -168,9 +184,37 @@ class Gatekeeper:
 
         return await self.admission.take_in_claim(paid, take)
 
+    def new_work(self) -> None:
+        """A NOTIFY said jobs were enqueued: actors whose backlog ran dry are looked at
+        (one indexed read each) in the next round instead of after the poll interval."""
+        for actor in self._dry:
+            self._dry[actor] = -math.inf
+
     def throttled(self, actor: str) -> bool:
         """True when the actor's jobs are claimed only through :meth:`plan`'s limits."""
         return self.admission.throttled(actor)
+
+    async def plan_hand_over(self, free: int) -> Plan:
+        """A round for the slots kept from jobs that just ended: at most one job for each
+        actor that can use them, paid with the kept slots only (and its tokens)."""
+        adm = self.admission
+        plan = Plan(hand_over=True)
+        plan.room = {q: adm.queue_allowance(q) for q in self._queues}
+        plan.queues = tuple(q for q in self._queues if plan.room[q] >= 1)
+        left = free
+        for actor in adm.kept_actors() if plan.queues else ():
+            if left <= 0:
+                break
+            try:
+                paid = await adm.prepay(actor, 1, kept_only=True)
+            except Exception as exc:
+                _log.warning("worker-limit-unavailable", actor=actor, error=repr(exc))
+                continue
+            if paid.granted > 0:
+                plan.paid[actor] = paid
+                plan.limits[actor] = paid.granted
+                left -= paid.granted
+        return plan
 
     async def plan(self, free: int) -> Plan:
         """Decide what this round may claim; pay the static rate-limit tokens for it."""
@@ -248,24 +292,32 @@ class Gatekeeper:
         from taskq.ratelimit import ReservationHandle
 
         attach: list[dict[str, Any]] = []
+        adopt: list[dict[str, Any]] = []
         for row in rows:
             paid = plan.paid.get(row.actor)
             if paid is None or paid.granted <= 0:
                 continue
             handles = paid.take_one(row.id, self._worker_id)
             row.prepaid = handles
-            attach += [
-                {
+            for h in handles:
+                if not isinstance(h, ReservationHandle) or h.primitive.clock is not None:
+                    continue
+                params = {
                     "b_name": h.name,
                     "b_slot": h.slot_index,
                     "b_job": row.id,
                     "b_worker": self._worker_id,
                 }
-                for h in handles
-                if isinstance(h, ReservationHandle) and h.primitive.clock is None
-            ]
+                if (h.name, h.slot_index) in paid.adopted:
+                    adopt.append({**params, "b_lease_s": h.primitive.lease_s})
+                else:
+                    attach.append(params)
         if attach:
             await conn.execute(self._attach, attach)
+        for params in adopt:
+            # One row each: its count says whether the kept slot is still this worker's.
+            if (await conn.execute(self._adopt, params)).rowcount != 1:
+                raise SlotLost(f"reservation {params['b_name']!r} slot {params['b_slot']}")
 
     async def settle(self, plan: Plan, rows: Sequence[ClaimedJob] = ()) -> None:
         """Give back what was taken for jobs the claim did not find. An actor the claim
@@ -277,6 +329,16 @@ class Gatekeeper:
                 if actor not in found:
                     self._dry[actor] = time.monotonic()  # look before paying again
                 await self.admission.settle(paid)
+        await self.admission.release_kept(before=plan.started)
+
+    def keep(self, handle: Any) -> bool:
+        """``Limits.keep``: keep the slot of a static reservation a finished job held for
+        the next claim (True) instead of releasing it, while the dispatcher claims."""
+        return self.claiming() and self.admission.keep(handle.name, handle.slot_index)
+
+    async def release_kept(self) -> None:
+        """Release every kept slot (the dispatcher stopped claiming)."""
+        await self.admission.release_kept()
 
     async def drop(self, rows: Sequence[ClaimedJob]) -> None:
         """Give back what was taken for claimed jobs that will not start (shutdown, or a

@@ -74,16 +74,15 @@ class WorkersClient:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    def list(self, *, include_stopped: bool = False) -> list[WorkerInfo]:
-        """Every worker (stopped ones only with ``include_stopped``), oldest first."""
+    def list(
+        self, *, include_stopped: bool = False, stopped_limit: int | None = None
+    ) -> list[WorkerInfo]:
+        """Every worker (stopped ones only with ``include_stopped``; with
+        ``stopped_limit``, only the newest that many of them), oldest first."""
         dialect = self.engine.dialect.name
+        stmt = q.list_workers(dialect, include_stopped=include_stopped, stopped_limit=stopped_limit)
         with transaction(self.engine, readonly=True) as conn:
-            rows = (
-                conn.execute(q.list_workers(dialect, include_stopped=include_stopped))
-                .mappings()
-                .all()
-            )
-            running = {r[0]: int(r[1]) for r in conn.execute(q.running_by_worker()).all()}
+            rows = conn.execute(stmt).mappings().all()
             leases: dict[UUID, list[str]] = {}
             for name, holder in conn.execute(q.held_leader_leases(dialect)).all():
                 leases.setdefault(holder, []).append(str(name))
@@ -100,7 +99,7 @@ class WorkersClient:
                 last_heartbeat_at=r["last_heartbeat_at"],
                 stopped_at=r["stopped_at"],
                 heartbeat_age_s=max((r["now"] - r["last_heartbeat_at"]).total_seconds(), 0.0),
-                running_jobs=running.get(r["id"], 0),
+                running_jobs=int(r["running_jobs"]),
                 leader_of=sorted(leases.get(r["id"], [])),
             )
             for r in rows

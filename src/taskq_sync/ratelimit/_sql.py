@@ -33,11 +33,13 @@ __all__ = [
     "PgAutocommit",
     "sql_gcra",
     "sql_log",
+    "sql_log_refund",
     "sql_now_us",
     "sql_publish",
     "sql_read",
     "sql_reset",
     "sql_token_bucket",
+    "sql_token_bucket_refund",
 ]
 
 
@@ -203,6 +205,48 @@ def sql_token_bucket(
                 ),
             )
         return (result.allowed, result.tokens, result.retry_after_us)
+
+
+def sql_token_bucket_refund(
+    engine: Engine, name: str, *, capacity: float, rate: float, count: float
+) -> float:
+    """Give ``count`` tokens back (capped at ``capacity``); returns the tokens now there.
+
+    One transaction: lock the row, refill it to the store's clock as an acquire would,
+    add the tokens, write it back. A bucket with no row is full: nothing to give back to.
+    """
+    with transaction(engine) as conn:
+        tokens, _, updated_at, now_us = _lock_row(
+            conn,
+            name,
+            kind="token_bucket",
+            capacity=capacity,
+            refill_per_second=rate,
+            window_s=None,
+        )
+        if tokens is None:
+            return capacity
+        now = tb_step(
+            tokens,
+            to_us(updated_at),
+            now_us,
+            capacity=capacity,
+            rate=rate,
+            count=0.0,
+            consume=False,
+        )
+        refilled = min(capacity, now.tokens + count)
+        conn.execute(
+            q.bucket_store(),
+            q.bucket_store_params(name, tokens=refilled, updated_at=from_us(now.ts_us), tat=None),
+        )
+        return refilled
+
+
+def sql_log_refund(engine: Engine, name: str, request_id: str) -> None:
+    """Drop the window entry of one accepted log-style request (its refund)."""
+    with transaction(engine) as conn:
+        conn.execute(q.window_refund(name, request_id))
 
 
 def sql_gcra(

@@ -1,5 +1,6 @@
-"""What the page says is only logged: the SQL-store refund of a log-style sliding window,
-and a keyed bucket whose config could not be published. Neither may fail the caller."""
+"""What the page says is only logged: a SQL-store refund without the store to reach, and
+a keyed bucket whose config could not be published. Neither may fail the caller (the
+SQL-store refund itself gives the request back)."""
 
 from __future__ import annotations
 
@@ -21,14 +22,15 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(params=["postgres", "sqlite"])
 def store(request: pytest.FixtureRequest) -> str:
-    """Only the SQL stores: their refund is the logged no-op (memory and Redis refund)."""
+    """Only the SQL stores."""
     return str(request.param)
 
 
-async def test_sql_log_window_refund_logs_a_warning(
+async def test_sql_log_window_refund_gives_the_request_back(
     env: Env, unique_name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """On Postgres/SQLite the refund gives nothing back and says so at WARNING."""
+    """On Postgres/SQLite a log-style refund deletes the request's window entry: the
+    window admits one more, and nothing is logged."""
     assert env.backend == "postgres"  # the SQL backend, on either store
     sw = env.rl.SlidingWindow(
         unique_name, limit=2, window=timedelta(seconds=30), style="log", backend=env.backend
@@ -36,13 +38,30 @@ async def test_sql_log_window_refund_logs_a_warning(
     await call(sw.acquire(**env.kw))
     second = await call(sw.acquire(**env.kw))
     assert second.allowed
+    assert not (await call(sw.acquire(**env.kw))).allowed
     with caplog.at_level(logging.WARNING, logger="taskq.ratelimit"):
         await call(sw.refund(second, **env.kw))
+    assert not any("refund_noop" in r.getMessage() for r in caplog.records)
+    assert (await call(sw.acquire(**env.kw))).allowed  # the refunded request's room
+    assert not (await call(sw.acquire(**env.kw))).allowed
+
+
+async def test_a_sql_refund_without_pg_pool_logs_a_warning(
+    env: Env, unique_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A decision of the SQL backend refunded without ``pg_pool`` cannot reach its store:
+    nothing is given back, and it says so at WARNING (never raises)."""
+    tb = env.rl.TokenBucket(unique_name, capacity=1, refill_per_second=0, backend=env.backend)
+    taken = await call(tb.acquire(**env.kw))
+    assert taken.allowed
+    without_pool = {k: v for k, v in env.kw.items() if k != "pg_pool"}
+    with caplog.at_level(logging.WARNING, logger="taskq.ratelimit"):
+        await call(tb.refund(taken, **without_pool))
     warnings = [
         r for r in caplog.records if r.name == "taskq.ratelimit" and r.levelno == logging.WARNING
     ]
     assert any("refund_noop" in r.getMessage() and unique_name in r.getMessage() for r in warnings)
-    assert not (await call(sw.acquire(**env.kw))).allowed  # nothing was given back
+    assert not (await call(tb.acquire(**env.kw))).allowed  # nothing was given back
 
 
 class Tenant(BaseModel):

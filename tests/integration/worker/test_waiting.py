@@ -211,6 +211,9 @@ async def test_a_job_parked_a_hundred_times_has_made_no_attempt(
         assert (record.ready_at - record.updated_at).total_seconds() > 200  # the lease end
         assert await handle.attempts() == []
         assert await _attempt_count(engine, handle.job_id) == 0
+        status = await handle.status()  # the same, through the handle's status
+        assert (status, status.state, status.waiting_on) == ("scheduled", "waiting", name)
+        assert (status.ready_at, status.denials) == (record.ready_at, 100)
 
         await holder.release(held, someone, engine)
         async with engine.begin() as conn:
@@ -279,6 +282,69 @@ async def test_a_release_wakes_the_job_parked_on_it_on_another_worker(
     assert done_y.denials == 1
 
 
+def _static_slot_actor(base: str) -> Any:
+    @actor(
+        name=f"waiting_static_{base}",
+        reservations=[ConcurrencyReservation(base, slots=1, lease=300.0)],
+    )
+    async def static(payload: Tenant, ctx: JobContext[Tenant]) -> Attempt:
+        if payload.seconds:
+            await asyncio.sleep(payload.seconds)
+        return Attempt(attempt=ctx.attempt)
+
+    return static
+
+
+async def test_releasing_a_static_reservation_wakes_another_worker(
+    engine: AsyncEngine, engine_url: str | URL, unique_name: str
+) -> None:
+    """A static one-slot reservation (lease 300 s). Worker A runs X holding it; worker B
+    (another queue) is asked for Y, finds the slot taken in its claim and leaves Y
+    ``pending`` (taken before the claim: nothing parked, nothing written). X ends, A has
+    nothing more for the slot and releases it: on Postgres the release NOTIFYs, and B,
+    which polls only every 60 s, runs Y at once; on SQLite B's poll finds it. Order: X
+    starts, B's gate is full while X runs, X ends, Y starts (long before the lease end)."""
+    static = _static_slot_actor(unique_name)
+    client = JobsClient(SqlBackend(engine))
+    pg = engine.dialect.name == "postgresql"
+    poll = 60.0 if pg else 0.05
+    a_settings = worker_settings(engine_url, queues=("wa",), poll_interval=poll)
+    b_settings = worker_settings(engine_url, queues=("wb",), poll_interval=poll)
+    actors = {static.name: static}
+    async with (
+        running_worker(a_settings, actors, rate_limit_registry=RateLimitRegistry()) as a,
+        running_worker(b_settings, actors, rate_limit_registry=RateLimitRegistry()) as b,
+    ):
+        await wait_until(lambda: _booted(a, b), timeout=30)
+        x = await client.enqueue(static, Tenant(tenant="k", seconds=2.0), queue="wa")
+
+        async def x_running() -> bool:
+            return (await x.status()) == "running"
+
+        await wait_until(x_running, timeout=30, interval=0.01)
+        y = await client.enqueue(static, Tenant(tenant="k"), queue="wb")
+        assert b.dispatcher.gate is not None
+        b_gate = b.dispatcher.gate.admission.slot_gates[unique_name]
+
+        async def b_found_it_full() -> bool:
+            return b_gate.waiting
+
+        await wait_until(b_found_it_full, timeout=30, interval=0.01)
+        assert (await x.status()) == "running"  # B was refused while X held the slot
+        held_back = await y.refresh()
+        assert (held_back.status, held_back.attempt, held_back.denials) == ("pending", 0, 0)
+        assert (await y.wait(timeout=30)).attempt == 1
+    done_x, done_y = await x.refresh(), await y.refresh()
+    assert done_x.started_at is not None
+    assert done_y.started_at is not None
+    assert done_x.finished_at is not None
+    assert done_y.started_at >= done_x.started_at + timedelta(seconds=2)  # after X's release
+    assert done_y.started_at < done_x.started_at + timedelta(
+        seconds=40
+    )  # not the poll, not the lease
+    assert (done_y.attempt, done_y.denials, done_y.waiting_on) == (1, 0, None)
+
+
 async def _booted(*workers: Any) -> bool:
     return all(w.limits.active and w.dispatcher.gate is not None for w in workers)
 
@@ -325,3 +391,33 @@ async def test_a_queue_cap_hands_on_at_a_release_across_two_workers(
         assert nxt >= cur + timedelta(seconds=0.3)  # one at a time
     assert all(r.attempt == 1 and r.waiting_on is None for r in records)
     assert [await _attempt_count(engine, r.id) for r in records] == [1] * 6
+
+
+# -- tokens taken for jobs the claim did not find are given back ------------------------
+
+
+async def test_tokens_paid_for_jobs_the_claim_did_not_find_go_back_to_a_sql_bucket(
+    engine: AsyncEngine, engine_url: str | URL, unique_name: str
+) -> None:
+    """A SQL-backed fixed quota of 10 tokens, 3 jobs, a worker with room for 10: the claim
+    round pays for up to 10 jobs before claiming, finds 3, and refunds the other 7 into
+    the bucket (on Postgres and SQLite), so 7 are left once the 3 have run."""
+    from taskq.ratelimit import TokenBucket
+
+    bucket = TokenBucket(unique_name, capacity=10, refill_per_second=0, backend="postgres")
+
+    @actor(name=f"waiting_sql_quota_{unique_name}", rate_limits=[bucket])
+    async def quota(payload: Tenant) -> None:
+        return None
+
+    client = JobsClient(SqlBackend(engine))
+    handles = [await client.enqueue(quota, Tenant(tenant="t", n=n)) for n in range(3)]
+    settings = worker_settings(engine_url, max_concurrency=10)
+    async with running_worker(
+        settings, {quota.name: quota}, rate_limit_registry=RateLimitRegistry()
+    ):
+        for handle in handles:
+            await handle.wait(timeout=30)
+    state = await bucket.peek(pg_pool=engine)
+    assert state.tokens_remaining == 7
+    assert [(await h.refresh()).attempt for h in handles] == [1, 1, 1]

@@ -209,6 +209,13 @@ def window_stats(name: str, cutoff: datetime) -> Select[*tuple[Any, ...]]:
     )
 
 
+def window_refund(name: str, request_id: str) -> Delete:
+    """Drop the entry of one accepted request (its refund)."""
+    return delete(rate_limit_window_entries).where(
+        _w.bucket_name == name, _w.request_id == request_id
+    )
+
+
 def window_insert(name: str, request_id: str, created_at: datetime) -> Any:
     """Record an accepted request."""
     return rate_limit_window_entries.insert().values(
