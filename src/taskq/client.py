@@ -9,9 +9,8 @@ before anything is written.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar, Unpack, cast
 from uuid import UUID
 
 from pydantic import BaseModel, TypeAdapter
@@ -29,12 +28,18 @@ from taskq.cron.client import SchedulesClient
 from taskq.db.caller_connection import CallerConnection, accepted_connection
 from taskq.db.engine import make_engine, with_schema
 from taskq.db.fork import track_engine
+from taskq.enqueue_options import (
+    ENQUEUE_OPTIONS,
+    ITEM_OPTIONS,
+    EnqueueOptions,
+    ItemOptions,
+    check_option_names,
+)
 from taskq.exceptions import JobNotFoundError
 from taskq.handle import JobHandle, JobHandles
 from taskq.ops.jobs import JobOperations
 from taskq.ops.workers import WorkersClient
 from taskq.records import (
-    ITEM_OPTIONS,
     EnqueueArgs,
     EnqueueOutcome,
     EnqueueRequest,
@@ -70,7 +75,7 @@ class JobsClient(JobOperations):
         self.backend = backend
 
     def _request(
-        self, actor: ActorRef[Any, Any] | str, payload: object, options: dict[str, Any]
+        self, actor: ActorRef[Any, Any] | str, payload: object, options: ItemOptions
     ) -> EnqueueRequest:
         return build_request(_resolve(actor), payload, **options)
 
@@ -89,43 +94,26 @@ class JobsClient(JobOperations):
         actor: ActorRef[P, R] | str,
         payload: P | Mapping[str, Any],
         *,
-        queue: str | None = None,
-        priority: int | None = None,
-        scheduled_at: datetime | None = None,
-        delay: timedelta | None = None,
-        identity_key: str | None = None,
-        idempotency_key: str | None = None,
-        tags: Sequence[str] | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        start_to_close: timedelta | None = None,
-        schedule_to_close: timedelta | None = None,
         connection: CallerConnection | None = None,
+        **options: Unpack[EnqueueOptions],
     ) -> JobHandle[R]:
         """Put one job in the queue and return its handle.
 
-        ``connection``: run inside the caller's open transaction (a rollback leaves no
+        ``options``: :class:`~taskq.enqueue_options.EnqueueOptions` (``queue``,
+        ``priority``, ``scheduled_at`` or ``delay``, ``identity_key``,
+        ``idempotency_key``, ``tags``, ``metadata``, ``start_to_close``,
+        ``schedule_to_close``). ``connection``: run inside the caller's open transaction (a rollback leaves no
         job): a SQLAlchemy connection or a psycopg one, never committed, rolled back or
         closed by taskq; anything else is a ``TypeError``. Raises ``PayloadValidationError``, ``SingletonCollisionError``,
         ``MaxPendingExceededError``, ``ValueError``/``TypeError`` for bad options.
         """
         if connection is not None:
             accepted_connection(connection)
+        if options:
+            check_option_names(options, ENQUEUE_OPTIONS, "enqueue")
         ref = _resolve(actor)
         with enqueue_span((ref.name,), 1) as span:
-            request = build_request(
-                ref,
-                payload,
-                queue=queue,
-                priority=priority,
-                scheduled_at=scheduled_at,
-                delay=delay,
-                identity_key=identity_key,
-                idempotency_key=idempotency_key,
-                tags=tags,
-                metadata=metadata,
-                start_to_close=start_to_close,
-                schedule_to_close=schedule_to_close,
-            )
+            request = build_request(ref, payload, **options)
             [outcome] = await self.backend.enqueue([request], connection=connection)
             record_enqueued(span, (request,), (outcome,))
         return self._handle(ref, outcome)
@@ -347,11 +335,7 @@ class _Items:
         for index in range(start, stop):
             item = self.items[index]
             if isinstance(item, EnqueueArgs):
-                unknown = sorted(set(item.options) - ITEM_OPTIONS)
-                if unknown:
-                    raise TypeError(
-                        f"enqueue_many item {index}: unknown option(s) {', '.join(unknown)}"
-                    )
+                check_option_names(item.options, ITEM_OPTIONS, f"enqueue_many item {index}")
                 ref = _resolve(item.actor)
                 self.refs.append(ref)
                 made.append(build_request(ref, item.payload, **item.options))

@@ -12,11 +12,12 @@ import math
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, Unpack
 from uuid import UUID
 
 import structlog
 
+from taskq.enqueue_options import SubJobOptions
 from taskq.storable_json import describe, unstorable_error
 
 __all__ = ["JobContext", "ProgressSink", "SubJobEnqueuer"]
@@ -27,10 +28,18 @@ P = TypeVar("P")
 class SubJobEnqueuer(Protocol):
     """Enqueue sub-jobs from inside an actor body (the worker supplies the implementation)."""
 
-    async def enqueue(self, actor: Any, payload: Any, /, **options: Any) -> Any:
+    async def enqueue(
+        self,
+        actor: Any,
+        payload: Any,
+        /,
+        *,
+        inherit_tags: bool = True,
+        **options: Unpack[SubJobOptions],
+    ) -> Any:
         """Enqueue ``actor`` with ``payload`` as a child of the running job; ``options`` are
-        ``JobsClient.enqueue``'s plus ``inherit_tags``, ``unique_for`` and ``max_pending``.
-        Returns the child's ``JobHandle``."""
+        ``JobsClient.enqueue``'s plus ``unique_for`` and ``max_pending``
+        (:class:`~taskq.enqueue_options.SubJobOptions`). Returns the child's ``JobHandle``."""
         ...
 
 

@@ -24,13 +24,13 @@ from taskq.constants import (
     TERMINAL_STATUSES,
     validate_queue_name,
 )
+from taskq.enqueue_options import EnqueueOptions, ItemOptions
 from taskq.storable_json import describe, unstorable_error
 
 if TYPE_CHECKING:
     from taskq.actor import ActorRef
 
 __all__ = [
-    "ITEM_OPTIONS",
     "AttemptRecord",
     "EnqueueArgs",
     "EnqueueOutcome",
@@ -473,7 +473,8 @@ def build_request(
     max_pending: int | None = None,
     job_id: UUID | None = None,
 ) -> EnqueueRequest:
-    """Validate one enqueue against its actor and resolve every option.
+    """Validate one enqueue against its actor and resolve every option (the keywords are
+    :class:`~taskq.enqueue_options.ItemOptions`, tested to be the same set).
 
     ``job_id``: an id made in advance (``enqueue_many`` makes its ids in one batch);
     by default a new one.
@@ -594,35 +595,14 @@ def request_like(
     )
 
 
-ITEM_OPTIONS = frozenset(
-    {
-        "queue",
-        "priority",
-        "scheduled_at",
-        "delay",
-        "identity_key",
-        "idempotency_key",
-        "tags",
-        "metadata",
-        "start_to_close",
-        "schedule_to_close",
-        "unique_for",
-        "max_pending",
-        "parent_job_id",
-    }
-)
-"""The options an ``EnqueueArgs`` of ``enqueue_many`` may carry: ``enqueue``'s, plus the
-per-call ``unique_for``/``max_pending`` and ``parent_job_id`` of a sub-job enqueue, so
-that a ``SubEnqueueError``'s ``failed_items`` can be enqueued again as they were."""
-
-
 @dataclass(frozen=True, slots=True)
 class EnqueueArgs:
-    """One item of ``enqueue_many``: an actor, its payload and per-job enqueue options.
+    """One item of ``enqueue_many``: an actor, its payload and per-job enqueue options
+    (:class:`~taskq.enqueue_options.ItemOptions`).
 
     ``SubEnqueueError.failed_items`` carries these too, so a lost sub-job can be re-enqueued.
     """
 
     actor: Any
     payload: Any
-    options: dict[str, Any] = field(default_factory=dict)
+    options: EnqueueOptions | ItemOptions = field(default_factory=ItemOptions)

@@ -356,7 +356,7 @@ async def test_each_item_of_a_batch_has_its_own_per_call_cap(producer_env: Env) 
 
 async def test_enqueue_many_rejects_an_unknown_item_option(producer_env: Env) -> None:
     env = producer_env
-    items: list[Any] = [(plain, Item(n=1)), EnqueueArgs(plain, Item(n=2), {"job_id": None})]
+    items: list[Any] = [(plain, Item(n=1)), EnqueueArgs(plain, Item(n=2), {"job_id": None})]  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="item 1: unknown option"):
         await env.call(env.client.enqueue_many, items)
     assert await env.count("prod_plain") == 0

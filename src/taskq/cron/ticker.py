@@ -39,6 +39,7 @@ from taskq.cron.telemetry import record_ticks, tick_span
 from taskq.cron.ticks import tick_id
 from taskq.db.engine import transaction
 from taskq.db.queries import cron as q
+from taskq.enqueue_options import EnqueueOptions
 from taskq.exceptions import (
     MaxPendingExceededError,
     PayloadValidationError,
@@ -237,7 +238,7 @@ class Ticker:
 
     def _options(
         self, record: ScheduleRecord, schedule: Schedule, tick: datetime, now: datetime
-    ) -> dict[str, Any]:
+    ) -> EnqueueOptions:
         stamp = tick_id(tick)
         return {
             "queue": schedule.queue,

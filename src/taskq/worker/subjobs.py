@@ -28,14 +28,14 @@ accepts per-call ``unique_for`` / ``max_pending``. Handles come back unbound: on
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from typing import Any, Unpack
 from uuid import UUID
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from taskq.client import JobsClient, _resolve
+from taskq.enqueue_options import SUB_JOB_OPTIONS, ItemOptions, SubJobOptions, check_option_names
 from taskq.exceptions import SubEnqueueError
 from taskq.handle import JobHandle
 from taskq.records import EnqueueArgs, EnqueueRequest
@@ -107,22 +107,26 @@ class SubJobs:
         /,
         *,
         inherit_tags: bool = True,
-        tags: Sequence[str] | None = None,
-        **options: Any,
+        **options: Unpack[SubJobOptions],
     ) -> JobHandle[Any]:
         """Enqueue ``actor`` with ``payload`` as a child of the running job.
 
-        ``options`` are :meth:`JobsClient.enqueue`'s plus per-call ``unique_for`` and
-        ``max_pending``. Validation errors raise here, on either path. On the
+        ``options`` (:class:`~taskq.enqueue_options.SubJobOptions`) are
+        :meth:`JobsClient.enqueue`'s plus per-call ``unique_for`` and ``max_pending``;
+        ``tags`` are added to the parent's unless ``inherit_tags=False``. Validation
+        errors raise here, on either path. On the
         transactional path the child is written in the parent's transaction when the
         parent succeeds; the returned handle's ``job_id`` is the id it is written under.
         """
+        if options:
+            check_option_names(options, SUB_JOB_OPTIONS, "ctx.jobs.enqueue")
         ref = _resolve(actor)
+        tags = options.pop("tags", None)
         merged: list[str] = list(await self._inherited_tags()) if inherit_tags else []
         for tag in tags or ():
             if tag not in merged:
                 merged.append(tag)
-        opts: dict[str, Any] = {**options, "parent_job_id": self._parent}
+        opts: ItemOptions = {**options, "parent_job_id": self._parent}
         if merged:
             opts["tags"] = merged
         request = self._client._request(ref, payload, opts)
