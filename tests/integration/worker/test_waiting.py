@@ -166,10 +166,12 @@ async def test_a_hot_key_does_not_hold_back_the_cold_ones(
     assert len(waiting) > 900
     assert {r.waiting_on for r in waiting} == {f"{unique_name}:hot"}
     assert all(r.attempt == 0 for r in waiting)
-    # Parked once each (a job whose turn came and went early may be parked once more).
-    assert sum(r.denials for r in waiting) <= len(waiting) + 10
+    # Parked once each (a job whose turn came and went early may be parked once more:
+    # at most one such job per turn of the hot key, and a turn is one period, as is a
+    # hot run, so the count grows with how long the run took, not with the backlog).
     ran_hot = [r for r in hot if r.status == "succeeded"]
     assert ran_hot
+    assert sum(r.denials for r in waiting) <= len(waiting) + len(ran_hot) + 10
     assert all(r.attempt == 1 for r in ran_hot)
 
 
