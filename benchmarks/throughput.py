@@ -15,10 +15,16 @@ their results file exists.
 
     python benchmarks/throughput.py --otel             # drain with OpenTelemetry off vs on
 
-``--otel`` drains the same backlog with one worker process, alternately without an SDK
-and with one configured (``benchmarks/otel_worker.py``: spans and metrics on, exported
-to exporters that drop them), ``--repeat`` rounds of each, interleaved so that the
-machine's other load falls on both alike; it prints each round and the medians.
+``--otel`` drains a backlog with one worker process, alternately without an SDK and
+with one configured (``benchmarks/otel_worker.py``: spans and metrics on, exported to
+exporters that drop them; every trace sampled, or 10 % of them; metrics alone), for two
+workloads: no-op jobs (``--backlog``) and jobs that spend 1 ms of CPU each (a fifth of
+the backlog). ``--repeat`` rounds, every setup in each, interleaved so that the
+machine's other load falls on all alike; it prints the medians. Besides the drain rate
+it prints the worker's CPU time per job (the slope of its ``/proc`` CPU time against
+jobs done while draining, boot excluded): on a shared machine the drain rate moves with
+the others' load, the CPU a job costs much less. ``--gc-freeze`` adds the no-SDK and the
+every-trace setups again with ``gc.freeze()`` after the app's imports.
 """
 
 from __future__ import annotations
@@ -90,16 +96,23 @@ async def _setup(url: str) -> None:
     await engine.dispose()
 
 
-async def _enqueue_backlog(url: str, count: int) -> float:
+async def _enqueue_backlog(url: str, count: int, workload: str = "noop") -> float:
     from tests.e2e.apps.basic import Empty, noop
 
     engine = make_engine(url, settings=_settings(url))
     client = JobsClient(SqlBackend(engine, settings=_settings(url)))
     started = time.perf_counter()
     chunk = 1000
+    if workload == "noop":
+        ref: Any = noop
+        payload: Any = Empty()
+    else:
+        from benchmarks.otel_actors import Work, work
+
+        ref, payload = work, Work()
     for start in range(0, count, chunk):
         await client.enqueue_many(
-            [EnqueueArgs(noop, Empty()) for _ in range(min(chunk, count - start))]
+            [EnqueueArgs(ref, payload) for _ in range(min(chunk, count - start))]
         )
     elapsed = time.perf_counter() - started
     await engine.dispose()
@@ -169,12 +182,41 @@ def _timestamps(url: str) -> list[tuple[Any, Any, Any]]:
     return [tuple(r) for r in rows]
 
 
-def _wait_done(url: str, count: int, timeout: float) -> None:
+def _wait_done(
+    url: str, count: int, timeout: float, pid: int | None = None
+) -> list[tuple[int, float]]:
+    """Wait for ``count`` succeeded jobs; with ``pid``, ``(done, cpu_s)`` samples of that
+    process's CPU time along the way."""
     deadline = time.monotonic() + timeout
-    while _count_done(url) < count:
+    samples: list[tuple[int, float]] = []
+    while True:
+        done = _count_done(url)
+        if pid is not None:
+            samples.append((done, _cpu_s(pid)))
+        if done >= count:
+            return samples
         if time.monotonic() > deadline:
             raise SystemExit(f"timed out waiting for {count} jobs")
         time.sleep(0.25)
+
+
+def _cpu_s(pid: int) -> float:
+    """User plus system CPU time of process ``pid`` (Linux ``/proc``; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_per_job(samples: list[tuple[int, float]]) -> float:
+    """CPU seconds per job while draining: from the first sample with jobs done (boot is
+    over) to the first that saw them all."""
+    started = [s for s in samples if s[0] > 0]
+    if len(started) < 2 or started[-1][0] == started[0][0]:
+        return float("nan")
+    (n0, c0), (n1, c1) = started[0], started[-1]
+    return (c1 - c0) / (n1 - n0)
 
 
 def drain(
@@ -184,17 +226,22 @@ def drain(
     concurrency: int,
     app: str = APP,
     extra: dict[str, str] | None = None,
+    workload: str = "noop",
 ) -> dict[str, float]:
-    """Backlog first, then workers: jobs/s from the store's first start to last finish."""
+    """Backlog first, then workers: jobs/s from the store's first start to last finish
+    (and, with one process, its CPU seconds per job)."""
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         url = _fresh_database(engine_kind, workdir)
         try:
             asyncio.run(_setup(url))
-            enqueue_rate = asyncio.run(_enqueue_backlog(url, backlog))
-            procs = [_spawn(url, concurrency, workdir / f"w{i}.log", app) for i in range(processes)]
+            enqueue_rate = asyncio.run(_enqueue_backlog(url, backlog, workload))
+            procs = [
+                _spawn(url, concurrency, workdir / f"w{i}.log", app, extra)
+                for i in range(processes)
+            ]
             try:
-                _wait_done(url, backlog, 600)
+                samples = _wait_done(url, backlog, 600, procs[0].pid if processes == 1 else None)
             finally:
                 _stop(procs)
             rows = _timestamps(url)
@@ -202,7 +249,11 @@ def drain(
             _drop_database(url)
     first = min(r[1] for r in rows)
     last = max(r[2] for r in rows)
-    return {"drain": len(rows) / (last - first).total_seconds(), "enqueue": enqueue_rate}
+    return {
+        "drain": len(rows) / (last - first).total_seconds(),
+        "enqueue": enqueue_rate,
+        "cpu": _cpu_per_job(samples),
+    }
 
 
 async def _offer(url: str, rate: float, seconds: float) -> int:
@@ -250,46 +301,77 @@ def _median_of(runs: int, measure: Callable[..., dict[str, float]], *args: Any) 
     return {key: statistics.median(r[key] for r in results) for key in results[0]}
 
 
-SAMPLED = {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.01"}
-OTEL_SETUPS: tuple[tuple[str, str, dict[str, str]], ...] = (
-    ("otel on (all spans)", OTEL_APP, {}),
-    ("otel on, 1 % sampled", OTEL_APP, SAMPLED),
-    ("metrics only", OTEL_APP, {"TASKQ_BENCH_OTEL": "metrics"}),
+OFF = {"TASKQ_BENCH_OTEL": "off"}
+OTEL_SETUPS: tuple[tuple[str, dict[str, str]], ...] = (
+    ("otel off", OFF),
+    ("traces 100 % + metrics", {}),
+    ("traces 10 % + metrics", {"TASKQ_BENCH_SAMPLE": "0.1"}),
+    ("metrics only", {"TASKQ_BENCH_OTEL": "metrics"}),
 )
-"""The worker setups compared with no SDK: the same app with an SDK configured
-(``benchmarks/otel_worker.py``), all spans recorded; 1 % of traces sampled (read by the
-SDK from ``OTEL_TRACES_SAMPLER``); a meter provider and no tracer provider."""
+"""The worker setups, all one app (``benchmarks/otel_worker.py``): no SDK; an SDK
+recording every trace; ``ParentBased(TraceIdRatioBased(0.1))``; a meter provider and no
+tracer provider."""
+GC_SETUPS: tuple[tuple[str, dict[str, str]], ...] = (
+    ("otel off, gc.freeze()", {**OFF, "TASKQ_BENCH_GC_FREEZE": "1"}),
+    ("traces 100 % + metrics, gc.freeze()", {"TASKQ_BENCH_GC_FREEZE": "1"}),
+)
+"""With ``--gc-freeze``: the same app calling ``gc.freeze()`` after its imports, without
+and with the SDK (the SDK's spans wait in its batch queue long enough to reach the older
+generations, and a full collection walks every object the process made at startup)."""
+WORKLOADS: tuple[tuple[str, str, int], ...] = (("no-op", "noop", 1), ("1 ms CPU", "work", 5))
+"""``(label, workload, backlog divisor)``: a 1 ms job drains ~5x slower, so a fifth of
+the backlog keeps the rounds short."""
 
 
-def otel_overhead(engine_kind: str, rounds: int, backlog: int, concurrency: int) -> None:
-    """Drain rate without OpenTelemetry and with each of :data:`OTEL_SETUPS`, rounds
-    interleaved (off, then each setup, then again); print every round and the medians."""
-    results: list[list[float]] = []
+def otel_overhead(
+    engine_kind: str, rounds: int, backlog: int, concurrency: int, gc_freeze: bool = False
+) -> None:
+    """Drain rate and worker CPU per job for each workload and each of
+    :data:`OTEL_SETUPS` (and :data:`GC_SETUPS`), rounds interleaved; print the medians
+    against ``otel off``."""
+    setups = OTEL_SETUPS + (GC_SETUPS if gc_freeze else ())
+    results: dict[tuple[str, str], list[dict[str, float]]] = {}
     for _ in range(max(1, rounds)):
-        one = [drain(engine_kind, 1, backlog, concurrency)["drain"]]
-        for _label, app, extra in OTEL_SETUPS:
-            one.append(drain(engine_kind, 1, backlog, concurrency, app, extra)["drain"])
-        results.append(one)
+        for label, workload, divisor in WORKLOADS:
+            for setup, extra in setups:
+                one = drain(
+                    engine_kind, 1, backlog // divisor, concurrency, OTEL_APP, extra, workload
+                )
+                results.setdefault((label, setup), []).append(one)
 
-    def vs(value: float, base: float) -> str:
-        return f"{value:,.0f} ({(value / base - 1) * 100:+.1f} %)"
+    def med(key: tuple[str, str], figure: str) -> float:
+        return statistics.median(r[figure] for r in results[key])
 
-    def row(label: str, values: list[float]) -> tuple[str, ...]:
-        return (label, f"{values[0]:,.0f}", *(vs(v, values[0]) for v in values[1:]))
-
-    header = ("round", "otel off (jobs/s)", *(label for label, _, _ in OTEL_SETUPS))
-    rows = [row(str(i + 1), values) for i, values in enumerate(results)]
-    rows.append(
-        row("median", [statistics.median(r[k] for r in results) for k in range(len(header) - 1)])
-    )
+    header = ("jobs", "setup", "drain (jobs/s)", "vs off", "worker CPU / job", "vs off")
+    rows: list[tuple[str, ...]] = []
+    for label, _, _ in WORKLOADS:
+        for setup, _ in setups:
+            # a gc.freeze() setup is compared with the frozen baseline
+            base = "otel off, gc.freeze()" if setup.endswith("gc.freeze()") else "otel off"
+            base_drain, base_cpu = med((label, base), "drain"), med((label, base), "cpu")
+            drained, cpu = med((label, setup), "drain"), med((label, setup), "cpu")
+            off = setup == base
+            rows.append(
+                (
+                    label,
+                    setup,
+                    f"{drained:,.0f}",
+                    "-" if off else f"{(drained / base_drain - 1) * 100:+.1f} %",
+                    f"{cpu * 1e6:,.0f} us",
+                    "-"
+                    if off
+                    else f"{(cpu - base_cpu) * 1e6:+,.0f} us ({(cpu / base_cpu - 1) * 100:+.1f} %)",
+                )
+            )
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
     print(" | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
     print("-+-".join("-" * w for w in widths))
     for cells in rows:
         print(" | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)))
     print(
-        f"engine={engine_kind} backlog={backlog} concurrency={concurrency} "
-        f"cores={os.cpu_count()} one worker process, no-op jobs; rounds interleaved"
+        f"engine={engine_kind} backlog={backlog} (1 ms jobs: {backlog // WORKLOADS[1][2]}) "
+        f"concurrency={concurrency} cores={os.cpu_count()} load={os.getloadavg()[0]:.1f}; "
+        f"one worker process; medians of {max(1, rounds)} interleaved rounds"
     )
 
 
@@ -312,9 +394,14 @@ def main() -> None:
     parser.add_argument(
         "--otel", action="store_true", help="drain with OpenTelemetry off vs on, and stop"
     )
+    parser.add_argument(
+        "--gc-freeze",
+        action="store_true",
+        help="with --otel: also both setups with gc.freeze() after the app's imports",
+    )
     args = parser.parse_args()
     if args.otel:
-        otel_overhead(args.engine, args.repeat, args.backlog, args.concurrency)
+        otel_overhead(args.engine, args.repeat, args.backlog, args.concurrency, args.gc_freeze)
         return
 
     engines = [args.engine]

@@ -89,10 +89,11 @@ class _Configured:
     """Whether an SDK provider is installed: looked up at most once per ``_RECHECK_S``
     until one is, then remembered."""
 
-    __slots__ = ("_check", "_next", "on")
+    __slots__ = ("_check", "_hooks", "_next", "on")
 
     def __init__(self, check: Any) -> None:
         self._check = check
+        self._hooks: list[Any] = []
         self._next = 0.0
         self.on = False
 
@@ -102,8 +103,19 @@ class _Configured:
         now = time.monotonic()
         if now >= self._next:
             self._next = now + _RECHECK_S
-            self.on = self._check()
+            if self._check():
+                for hook in self._hooks:
+                    hook()
+                self.on = True
         return self.on
+
+    def when_on(self, hook: Any) -> None:
+        """Call ``hook()`` once the SDK is seen (at once if it is already): a module
+        swaps OpenTelemetry's proxies for the SDK's own tracer and instruments, one
+        delegation less on every call."""
+        self._hooks.append(hook)
+        if self.on:
+            hook()
 
     def recheck(self) -> bool:
         """Look at the provider now (after installing an SDK, to be seen at once)."""

@@ -35,7 +35,6 @@ from taskq.worker.telemetry import (
     claim_started,
     mark_span,
     process_span,
-    record_attempt,
     record_received,
 )
 from taskq.worker.waiting import Gatekeeper, Plan, SlotLost
@@ -528,7 +527,6 @@ class Dispatcher:
             self.lingering.add(job)
             asyncio.get_running_loop().create_task(self._reap(job))
         if not job.detached:
-            record_attempt(job, outcome, time.monotonic() - job.claimed_mono)
             self.completer.submit(outcome)
 
     async def _reap(self, job: RunningJob) -> None:

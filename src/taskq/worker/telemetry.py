@@ -7,10 +7,13 @@ On OpenTelemetry's messaging conventions (:mod:`taskq.otel_semconv`):
 - ``process {queue}`` (CONSUMER): one per attempt, the parent of everything the actor
   does (``ctx.span``). Its parent is the context stored on the job at enqueue (the
   ``send`` span), or, with ``otel_process_parent="link"``, a new trace linked to it; the
-  baggage stored with the job is current either way. It links to its ``receive`` span.
+  baggage stored with the job is current either way. It does not link to its
+  ``receive`` span (a link per attempt is not free; the batch is in the settle span).
   Attributes: ``taskq.actor``, ``taskq.attempt``, ``taskq.outcome``, ``error.type``; the
   actor's exception is recorded as an event.
-- ``settle {queue}``: each batched terminal write, linked to the attempts it settles.
+- ``settle {queue}``: each batched terminal write, one span per batch with
+  ``messaging.batch.message_count`` (or the job's ``messaging.message.id``), linked to
+  the (sampled) process spans of the attempts it settles, the first 128.
 - ``admit {queue}`` (INTERNAL): the dispatcher's admission of a claimed job with limits
   (a queue cap, the actor's reservations or rate limits), a child of the job's creation
   context; the ``rate_limit acquire`` spans it makes are its children.
@@ -20,9 +23,16 @@ On OpenTelemetry's messaging conventions (:mod:`taskq.otel_semconv`):
 
 Metrics: ``messaging.client.consumed.messages``, ``messaging.client.operation.duration``
 (receive, settle), ``messaging.process.duration`` (with ``taskq.actor``);
-``taskq.jobs.completed{actor,status}`` and ``taskq.job.retries{actor,queue}`` (counted per
-settled batch),
-``taskq.job.queue_latency{actor,queue}`` (time a ready job waited for a worker),
+``taskq.jobs.completed{actor,status}`` and ``taskq.job.retries{actor,queue}`` (one ``add``
+per attribute set and settled batch), ``taskq.job.queue_latency{actor,queue}`` (time a
+ready job waited for a worker; recorded per claimed batch, one point per job).
+
+Per job, with an SDK, the worker makes one span (``process``), sets its outcome, and
+records two histogram points (``messaging.process.duration``, recorded per written batch
+in one loop, and ``taskq.job.queue_latency``, per claimed batch); everything else is per
+batch. Attribute dicts are cached per queue, actor (and error class), never built per
+job; a job stored without a trace context costs no propagator call.
+
 ``taskq.job.throttled.duration{primitive,actor,queue}`` (the time a denied job is put back
 for: one point per park, and per in-attempt denial of a limit the actor acquires itself), ``taskq.jobs.reclaimed{actor,disposition}``, ``taskq.queue.depth{queue,status}``
 (read by the fleet's leader at each sweep and reported by it alone, so the fleet reports
@@ -53,7 +63,6 @@ __all__ = [
     "mark_span",
     "process_span",
     "publish_queue_depth",
-    "record_attempt",
     "record_exception",
     "record_received",
     "record_reclaimed",
@@ -79,35 +88,76 @@ except ImportError:  # pragma: no cover - the otel extra is optional
 _NO_SPAN: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
 """What a span helper returns when tracing is off (shared: nothing made per job)."""
 
-if trace is not None:
+_tracer: Any = None
+_completed: Any = None
+_reclaimed: Any = None
+_consumed: Any = None
+_process: Any = None
+_retries: Any = None
+_latency: Any = None
+_throttled: Any = None
+_EMPTY: Any = context.Context() if trace is not None else None
+"""The empty context: the parent of a span that starts a trace (no ``get_current`` call)."""
+_CACHE_MAX = 1024
+"""Attribute dicts cached per key (queue, actor, error class): all bounded values, but a
+cache never grows past this (what is not cached is built per call, as before)."""
+
+
+def _cached(cache: dict[Any, Any], key: tuple[Any, ...], build: Callable[..., Any]) -> Any:
+    """``cache[key]``, made by ``build(*key)`` the first time."""
+    value = cache.get(key)
+    if value is None:
+        value = build(*key)
+        if len(cache) < _CACHE_MAX:
+            cache[key] = value
+    return value
+
+
+def _bind_tracer() -> None:
+    global _tracer
     _tracer = trace.get_tracer("taskq.worker")
-    _meter = metrics.get_meter("taskq.worker")
-    _completed = _meter.create_counter("taskq.jobs.completed", description="Attempts ended")
-    _reclaimed = _meter.create_counter("taskq.jobs.reclaimed", description="Expired leases swept")
-    _consumed = _meter.create_counter(
+
+
+def _instruments() -> None:
+    """Make (or, once an SDK is installed, fetch again) the synchronous instruments (and,
+    :func:`_bind_tracer`, the tracer). Until an SDK is installed OpenTelemetry hands out proxies, each call
+    then delegating to the real one; once it is, the real ones are used directly."""
+    global _completed, _reclaimed, _consumed, _process, _retries, _latency, _throttled
+    meter = metrics.get_meter("taskq.worker")
+    _completed = meter.create_counter("taskq.jobs.completed", description="Attempts ended")
+    _reclaimed = meter.create_counter("taskq.jobs.reclaimed", description="Expired leases swept")
+    _consumed = meter.create_counter(
         "messaging.client.consumed.messages", unit="{message}", description="Jobs claimed"
     )
-    _process = _meter.create_histogram(
+    _process = meter.create_histogram(
         "messaging.process.duration",
         unit="s",
         description="Duration of one attempt",
         explicit_bucket_boundaries_advisory=sc.DURATION_BUCKETS,
     )
-    _retries = _meter.create_counter(
+    _retries = meter.create_counter(
         "taskq.job.retries", unit="{retry}", description="Attempts that ended in a retry"
     )
-    _latency = _meter.create_histogram(
+    _latency = meter.create_histogram(
         "taskq.job.queue_latency",
         unit="s",
         description="Time a ready job waited for a worker (from its scheduled time to its claim)",
         explicit_bucket_boundaries_advisory=sc.DURATION_BUCKETS,
     )
-    _throttled = _meter.create_histogram(
+    _throttled = meter.create_histogram(
         "taskq.job.throttled.duration",
         unit="s",
         description="Time a job is put back for because a limit denied it",
         explicit_bucket_boundaries_advisory=sc.DURATION_BUCKETS,
     )
+
+
+if trace is not None:
+    _bind_tracer()
+    _instruments()
+    _meter = metrics.get_meter("taskq.worker")
+    tracing_on.when_on(_bind_tracer)
+    metrics_on.when_on(_instruments)
 
     def _observe_depth(options: metrics.CallbackOptions) -> Iterator[metrics.Observation]:
         for (queue, status), count in list(_depth.items()):
@@ -144,17 +194,20 @@ def claim_started() -> int:
 
 
 def record_received(queues: Sequence[str], rows: Sequence[ClaimedJob], started_ns: int) -> None:
-    """The ``receive`` span and metrics of one claim of ``rows`` (none when it was empty)."""
+    """The ``receive`` span and metrics of one claim of ``rows`` (none when it was empty):
+    one span, one ``add`` and one operation point per queue, and the one per-job cost, a
+    ``taskq.job.queue_latency`` point per row, recorded here in one loop."""
     if not started_ns or not rows:
         return
-    by_queue = Counter(str(row.queue) for row in rows)
+    first = str(rows[0].queue)
+    by_queue = Counter(str(row.queue) for row in rows) if len(rows) > 1 else {first: 1}
     if tracing_on():
         names = set(by_queue) if by_queue else set(queues)
-        one = next(iter(names)) if len(names) == 1 else None
-        attributes = sc.span_attributes("receive", one)
-        attributes[sc.BATCH_COUNT] = len(rows)
+        one = first if len(names) == 1 else None
+        attributes = {**_span_base("receive", one), sc.BATCH_COUNT: len(rows)}
         span = _tracer.start_span(
             sc.span_name("receive", names),
+            context=_EMPTY,
             kind=SpanKind.CLIENT,
             start_time=started_ns,
             attributes=attributes,
@@ -167,60 +220,123 @@ def record_received(queues: Sequence[str], rows: Sequence[ClaimedJob], started_n
         seconds = (time.time_ns() - started_ns) / 1e9
         now = datetime.now(UTC)
         for queue, n in by_queue.items():
-            _consumed.add(n, sc.metric_attributes("receive", queue))
+            _consumed.add(n, _metric_base("receive", queue))
             record_operation("receive", queue, seconds)
         for row in rows:
             ready = row.scheduled_at
             if ready is not None:
-                waited = max(0.0, (now - ready).total_seconds())
-                _latency.record(waited, {"actor": row.actor, "queue": row.queue})
+                waited = (now - ready).total_seconds()
+                actor, queue = row.actor, row.queue
+                point = _LATENCY.get((actor, queue)) or _latency_point(actor, queue)
+                _latency.record(waited if waited > 0.0 else 0.0, point)
+
+
+_SPANS: dict[tuple[str, str | None], dict[str, str | int | bool]] = {}
+_METRICS: dict[tuple[str, str | None], dict[str, str]] = {}
+_LATENCY: dict[tuple[str, str], dict[str, str]] = {}
+_PROCESS: dict[tuple[str, str], tuple[str, dict[str, str | int | bool]]] = {}
+_POINTS: dict[tuple[str, str, str | None], dict[str, str]] = {}
+
+
+def _latency_point(actor: str, queue: str) -> dict[str, str]:
+    point: dict[str, str] = _cached(_LATENCY, (actor, queue), lambda a, q: {"actor": a, "queue": q})
+    return point
+
+
+def _span_base(operation: str, queue: str | None) -> dict[str, str | int | bool]:
+    """The messaging attributes of a span (shared: copy before adding to it)."""
+    key = (operation, queue)
+    found = _SPANS.get(key)
+    if found is None:
+        found = _cached(_SPANS, key, sc.span_attributes)
+    return found
+
+
+def _metric_base(operation: str, queue: str | None) -> dict[str, str]:
+    """The attributes of a ``messaging.client.*`` point (shared, never mutated)."""
+    key = (operation, queue)
+    found = _METRICS.get(key)
+    if found is None:
+        found = _cached(_METRICS, key, sc.metric_attributes)
+    return found
 
 
 # -- process ------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def process_span(row: ClaimedJob, actor: str, *, link: bool = False) -> Iterator[Any]:
+def process_span(
+    row: ClaimedJob, actor: str, *, link: bool = False
+) -> contextlib.AbstractContextManager[Any]:
     """The ``process {queue}`` span of one attempt, current while it runs (``None`` when
     tracing is off). ``link``: a new trace linked to the creation context, not its child."""
     if not tracing_on():
-        yield None  # no SDK configured: skip even OpenTelemetry's no-op span machinery
-        return
-    carrier = row.trace_context
-    creation = extract(carrier) if carrier else context.Context()
-    links = []
-    receive = row.receive
-    if receive is not None:
-        links.append(Link(receive))
-    base = creation
-    if link:
-        created = trace.get_current_span(creation).get_span_context()
-        if created.is_valid:
-            links.append(Link(created, {"taskq.link": "creation"}))
-        base = context.Context()
-        for key, value in baggage.get_all(creation).items():
-            base = baggage.set_baggage(key, value, base)
-    queue = str(row.queue)
-    attributes = sc.span_attributes("process", queue)
-    attributes[sc.MESSAGE_ID] = str(row.id)
-    attributes["taskq.actor"] = actor
-    attributes["taskq.attempt"] = int(row.attempt)
-    # The stored baggage is current for the actor; a job that stored nothing skips it.
-    token = context.attach(base) if carrier else None
-    try:
-        with _tracer.start_as_current_span(
-            sc.span_name("process", queue),
+        return _NO_SPAN  # no SDK configured: skip even OpenTelemetry's no-op span machinery
+    return _ProcessSpan(row, actor, link)
+
+
+def _process_base(queue: str, actor: str) -> tuple[str, dict[str, str | int | bool]]:
+    """The span name and the attributes every attempt of ``actor`` on ``queue`` shares."""
+    key = (queue, actor)
+    found = _PROCESS.get(key)
+    if found is None:
+        found = _cached(
+            _PROCESS,
+            key,
+            lambda q, a: (
+                sc.span_name("process", q),
+                {**sc.span_attributes("process", q), "taskq.actor": a},
+            ),
+        )
+    return found
+
+
+class _ProcessSpan:
+    """The process span's context manager: a class, not a generator (one object per
+    attempt), entering one context (the span's, over the creation context's baggage)."""
+
+    __slots__ = ("_actor", "_link", "_row", "_span", "_token")
+
+    def __init__(self, row: ClaimedJob, actor: str, link: bool) -> None:
+        self._row = row
+        self._actor = actor
+        self._link = link
+        self._span: Any = None
+        self._token: Any = None
+
+    def __enter__(self) -> Any:
+        row = self._row
+        name, shared = _process_base(str(row.queue), self._actor)
+        carrier = row.trace_context
+        # A job stored without a trace context starts a trace: no propagator call.
+        base = extract(carrier) if carrier else _EMPTY
+        links = None
+        if carrier and self._link:
+            created = trace.get_current_span(base).get_span_context()
+            if created.is_valid:
+                links = [Link(created, {"taskq.link": "creation"})]
+            creation, base = base, _EMPTY
+            for key, value in baggage.get_all(creation).items():
+                base = baggage.set_baggage(key, value, base)
+        # No link to the receive span: the conventions relate an attempt to its job's
+        # creation context (the parent, or the link above), and a span's first link costs
+        # about a third of the span itself (docs/observability.md, "Cost").
+        span = self._span = _tracer.start_span(
+            name,
             context=base,
             kind=SpanKind.CONSUMER,
-            attributes=attributes,
+            attributes={**shared, sc.MESSAGE_ID: str(row.id), "taskq.attempt": int(row.attempt)},
             links=links,
             record_exception=False,
             set_status_on_exception=False,
-        ) as span:
-            yield span
-    finally:
-        if token is not None:
-            context.detach(token)
+        )
+        # Current for the actor (its spans are children, its log lines carry the ids),
+        # with the stored baggage: one attach.
+        self._token = context.attach(trace.set_span_in_context(span, base))
+        return span
+
+    def __exit__(self, *exc: object) -> None:
+        context.detach(self._token)
+        self._span.end()
 
 
 _ERROR_KINDS = frozenset({"failed", "retry", "release"})
@@ -327,30 +443,32 @@ def record_parked(parks: Iterable[tuple[Any, str, float]]) -> None:
         )
 
 
-def record_attempt(job: Any, outcome: Any, seconds: float) -> None:
-    """``messaging.process.duration`` of one ended attempt (with its actor and, for a
-    failed one, ``error.type``). The counts (``taskq.jobs.completed``, retries) are
-    added per settled batch (:func:`settle_span`): one histogram point per attempt is
-    the whole per-job metric cost."""
-    if not metrics_on():
-        return
-    attributes = sc.metric_attributes(
-        "process",
-        job.claimed.queue,
-        outcome.error_class if outcome.kind in _ERROR_KINDS else None,
-    )
-    attributes["taskq.actor"] = job.ref.name
-    _process.record(seconds, attributes)
+def _process_point(queue: str, actor: str, error: str | None) -> dict[str, str]:
+    attributes = sc.metric_attributes("process", queue, error)
+    attributes["taskq.actor"] = actor
+    return attributes
 
 
 def _count_settled(outcomes: Sequence[Any]) -> None:
+    """The metrics of one written batch: the counts (one ``add`` per attribute set), and
+    each attempt's ``messaging.process.duration`` point, from its claim to its outcome
+    (an outcome of a job that never ran, undecodable or handed back at shutdown, has
+    none). The points are recorded here, in one loop, not as each attempt ends: the same
+    values, and on this machine about half the CPU per point (``docs/observability.md``)."""
     ended: Counter[tuple[str, str]] = Counter()
     retried: Counter[tuple[str, str]] = Counter()
     for outcome in outcomes:
         job = outcome.job
-        ended[(job.ref.name, outcome.kind)] += 1
-        if outcome.kind == "retry":
+        kind = outcome.kind
+        ended[(job.ref.name, kind)] += 1
+        if kind == "retry":
             retried[(job.ref.name, str(job.claimed.queue))] += 1
+        if job.task is not None:  # it ran: an attempt
+            error = outcome.error_class if kind in _ERROR_KINDS else None
+            key = (job.claimed.queue, job.ref.name, error)
+            point = _POINTS.get(key) or _cached(_POINTS, key, _process_point)
+            seconds = outcome.created_mono - job.claimed_mono
+            _process.record(seconds if seconds > 0.0 else 0.0, point)
     for (actor, status), n in ended.items():
         _completed.add(n, {"actor": actor, "status": status})
     for (actor, queue), n in retried.items():
@@ -368,28 +486,40 @@ def settle_span(outcomes: Sequence[Any]) -> contextlib.AbstractContextManager[An
     return _settle_span(outcomes)
 
 
+_SETTLE_LINKS = 128
+"""A settle span links to at most this many of the attempts it writes (the first ones)."""
+
+
 @contextlib.contextmanager
 def _settle_span(outcomes: Sequence[Any]) -> Iterator[Any]:
-    queues = {str(o.job.claimed.queue) for o in outcomes}
-    one = next(iter(queues)) if len(queues) == 1 else None
+    first = str(outcomes[0].job.claimed.queue)
+    queues = {str(o.job.claimed.queue) for o in outcomes} if len(outcomes) > 1 else {first}
+    one = first if len(queues) == 1 else None
     started = time.perf_counter()
     if tracing_on():
-        attributes = sc.span_attributes("settle", one)
+        attributes = dict(_span_base("settle", one))
         if len(outcomes) == 1:
             attributes[sc.MESSAGE_ID] = str(outcomes[0].job.id)
         else:
             attributes[sc.BATCH_COUNT] = len(outcomes)
-        links = [
-            Link(o.job.span.get_span_context()) for o in outcomes[:128] if o.job.span is not None
-        ]
-        with _tracer.start_as_current_span(
+        # Links to the attempts' process spans, those that were sampled (a link to one
+        # that was not would point at nothing).
+        links = []
+        for outcome in outcomes[:_SETTLE_LINKS]:
+            span = outcome.job.span
+            if span is not None:
+                linked = span.get_span_context()
+                if linked.trace_flags.sampled:
+                    links.append(Link(linked))
+        settle = _tracer.start_span(
             sc.span_name("settle", queues),
-            context=context.Context(),
+            context=_EMPTY,
             kind=SpanKind.CLIENT,
             attributes=attributes,
             links=links,
-        ) as span:
-            yield span
+        )
+        with trace.use_span(settle, end_on_exit=True):
+            yield settle
     else:
         yield None
     # Counted once written: a write that raised is retried, and counted then.
