@@ -263,7 +263,6 @@ async def test_a_worker_that_is_shutting_down_enqueues_no_more_ticks(
     cancellation grace for a job that ignores the cancel. From the shutdown's start no
     tick is enqueued (one round already under way may finish): the ticks falling due
     during the drain are left to the next worker's catch-up budget."""
-    import asyncio
 
     from taskq.worker.shutdown import Phase
 
@@ -283,7 +282,10 @@ async def test_a_worker_that_is_shutting_down_enqueues_no_more_ticks(
         await wait_until(ticking_and_busy, timeout=60)
         worker.state.signal("test")
         at_signal = await ticks()
-        while worker.state.phase < Phase.FORCING:  # the drain: 3 s of cancellation grace
-            await asyncio.sleep(0.05)
+
+        async def drained() -> bool:  # the drain: 3 s of cancellation grace
+            return worker.state.phase >= Phase.FORCING
+
+        await wait_until(drained, timeout=60)
     assert (await job.refresh()).status in ("pending", "scheduled")  # released, not run
     assert await ticks() <= at_signal + 1
