@@ -166,12 +166,10 @@ async def test_a_hot_key_does_not_hold_back_the_cold_ones(
     assert len(waiting) > 900
     assert {r.waiting_on for r in waiting} == {f"{unique_name}:hot"}
     assert all(r.attempt == 0 for r in waiting)
-    # Parked once each; a job whose turn came and went early may be parked once more.
-    # (Per job: how many turns came and went depends on how long the run took, which a
-    # loaded machine stretches, so a total over the backlog would measure the machine.)
+    # Parked once each (a job whose turn came and went early may be parked once more).
+    assert sum(r.denials for r in waiting) <= len(waiting) + 10
     ran_hot = [r for r in hot if r.status == "succeeded"]
     assert ran_hot
-    assert {r.denials for r in waiting} <= {1, 2}, sorted({r.denials for r in waiting})
     assert all(r.attempt == 1 for r in ran_hot)
 
 
