@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import Text, bindparam, cast, func, select, update
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import URL, make_url
@@ -157,7 +158,9 @@ async def _at_least(engine: AsyncEngine, threshold: int) -> bool:
     return await count_jobs(engine, "succeeded") >= threshold
 
 
-async def test_postgres_outage_longer_than_the_lease(
+@pytest.mark.parametrize("fault", ["restart", "outage"])
+async def test_postgres_restart_and_outage_longer_than_the_lease(
+    fault: str,
     private_postgres: servers.Server,
     settings: TaskQSettings,
     audit_path: Path,
@@ -165,7 +168,8 @@ async def test_postgres_outage_longer_than_the_lease(
     procs: list[subprocess.Popen[bytes]],
     scale: Scale,
 ) -> None:
-    """The database goes away for longer than the lock lease, then comes back."""
+    """The database restarts (every connection dropped mid-work, back at once), or goes
+    away for longer than the lock lease, then comes back."""
     url = make_url(private_postgres.url)
     engine = make_engine(url, settings=settings)
     try:
@@ -177,13 +181,17 @@ async def test_postgres_outage_longer_than_the_lease(
         ids = await _enqueue(engine, settings, apps.work_async, scale.jobs // 2, 0.1)
         await wait_until(lambda: _at_least(engine, len(ids) // 4), timeout=scale.timeout_s)
         await engine.dispose()
-        await asyncio.to_thread(servers.pause_postgres, private_postgres, scale.outage_s)
+        before = private_postgres.pid
+        outage_s = scale.outage_s if fault == "outage" else 0.0
+        await asyncio.to_thread(servers.pause_postgres, private_postgres, outage_s)
+        assert private_postgres.pid != before  # a new postmaster: every connection was cut
         await _until_done(engine, fleet, len(ids), scale.timeout_s)
         fleet.stop_all()
         faults = Faults(other=1)
-        figures = await check(engine, audit_path, ids, faults, scenario="postgres outage")
+        figures = await check(engine, audit_path, ids, faults, scenario=f"postgres {fault}")
         assert figures["jobs"] == len(ids)
-        assert "worker-heartbeat-failed" in fleet.logs()  # the outage really happened
+        if fault == "outage":
+            assert "worker-heartbeat-failed" in fleet.logs()  # the outage really happened
     finally:
         await engine.dispose()
 
@@ -361,12 +369,13 @@ async def test_poison_rows_do_not_stop_the_fleet(
     procs: list[subprocess.Popen[bytes]],
     scale: Scale,
 ) -> None:
-    """Rows written by SQL that cannot run (deep JSON, a top attempt counter, a negative
-    timeout) fail alone as ``UndecodableJob``; the good jobs all run; no worker dies."""
+    """Rows written by SQL that cannot run (deep JSON, a top attempt counter, a negative, NaN
+    or infinite timeout) fail alone as ``UndecodableJob``; the good jobs all run; no worker
+    dies."""
     engine = make_engine(pg_url, settings=settings)
     try:
-        poison = await _enqueue(engine, settings, apps.work_async, 3, 0.0)
-        deep, top, negative = sorted(poison)
+        poison = await _enqueue(engine, settings, apps.work_async, 5, 0.0)
+        deep, top, negative, nan, inf = sorted(poison)
         deep_json = '{"data": ' + "[" * 1500 + "]" * 1500 + "}"
         async with engine.begin() as conn:
             await conn.execute(
@@ -376,9 +385,10 @@ async def test_poison_rows_do_not_stop_the_fleet(
                 {"raw": deep_json},
             )
             await conn.execute(update(jobs).where(jobs.c.id == top).values(attempt=2147483647))
-            await conn.execute(
-                update(jobs).where(jobs.c.id == negative).values(start_to_close_s=-5.0)
-            )
+            for bad, timeout in ((negative, -5.0), (nan, float("nan")), (inf, float("inf"))):
+                await conn.execute(
+                    update(jobs).where(jobs.c.id == bad).values(start_to_close_s=timeout)
+                )
             await conn.execute(update(jobs).where(jobs.c.id.in_(poison)).values(priority=10))
         ids = await _enqueue(engine, settings, apps.work_async, 200, 0.01)
         fleet = Fleet(pg_url, tmp_path, procs)
@@ -391,17 +401,18 @@ async def test_poison_rows_do_not_stop_the_fleet(
                     select(jobs.c.status, jobs.c.error_class).where(jobs.c.id.in_(poison))
                 )
             ).all()
-        assert [tuple(r) for r in rows] == [("failed", "UndecodableJob")] * 3
+        assert [tuple(r) for r in rows] == [("failed", "UndecodableJob")] * len(poison)
         fleet.stop_all()
-        await check(engine, audit_path, ids, Faults(other=3), scenario="poison rows")
+        await check(engine, audit_path, ids, Faults(other=len(poison)), scenario="poison rows")
         assert not (read(audit_path).keys() & {str(p) for p in poison})  # never ran
     finally:
         await engine.dispose()
 
 
 async def test_soak_memory_and_connections_stay_flat(pg_url: URL, scale: Scale) -> None:
-    """A steady stream of mixed jobs (``benchmarks/soak.py``): nothing lost, worker RSS
-    grows less than 10 % after the warm-up, the connection count does not grow."""
+    """A steady stream of mixed jobs (``benchmarks/soak.py``): nothing lost, the audit table
+    shows attempts equal to runs and no overlapping runs, worker RSS grows less than 10 %
+    after the warm-up, the connection count does not grow."""
     from benchmarks.soak import RSS_GROWTH_LIMIT, run_soak, table
 
     long = scale.soak_s > 60
@@ -414,6 +425,8 @@ async def test_soak_memory_and_connections_stay_flat(pg_url: URL, scale: Scale) 
         sample_s=5.0 if long else 1.0,
     )
     print(table(figures))
-    assert figures.lost == 0
+    assert figures.lost == 0, table(figures)
+    assert figures.runs >= figures.planned_runs > 0, table(figures)
+    assert figures.audit_ok, table(figures)
     assert figures.rss_growth_max < RSS_GROWTH_LIMIT, table(figures)
     assert figures.connections_flat, table(figures)
