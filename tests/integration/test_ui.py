@@ -567,6 +567,39 @@ async def test_sse_from_redis_pubsub(
     assert json.loads(events[-1]["data"])["terminal"] is True
 
 
+async def test_sse_sends_what_was_published_before_a_quiet_poll_finds_the_end(
+    pg_engine_redis: tuple[AsyncEngine, Any],
+) -> None:
+    """The race a loaded machine hit: the channel is quiet for one poll interval, and
+    before the row is re-read the worker publishes seq 4, then ends the job (seq 5) and
+    its terminal publish is lost. The stream sends 4 before the end, never 3 then 5."""
+    engine, redis = pg_engine_redis
+    from taskq.ops.progress_sse import ProgressFeed
+    from taskq.ops.stats import ProgressSnapshot, StatsClient
+    from taskq.progress import event_message, progress_channel
+
+    [job] = await s.seed(engine, 1, status="running", progress={"percent": 5}, progress_seq=3)
+
+    class RaceAtTheFirstQuietPoll(StatsClient):
+        reads = 0
+
+        async def progress(self, job_id: uuid.UUID) -> ProgressSnapshot | None:
+            self.reads += 1
+            if self.reads == 3:  # open, the re-read after subscribing, the first quiet poll
+                message = event_message(job, 4, "progress", "running", {"percent": 50})
+                await redis.publish(progress_channel(job), message)
+                await _set_progress(engine, job, status="succeeded", progress_seq=5)
+            return await super().progress(job_id)
+
+    feed = ProgressFeed(RaceAtTheFirstQuietPoll(engine), redis, poll_interval=0.05)
+    stream = await feed.open(job, 2)
+    assert stream is not None
+    events = sse_events("".join([chunk async for chunk in stream]))
+    assert [e["id"] for e in events] == ["3", "4", "5"]
+    assert json.loads(events[1]["data"])["state"] == {"percent": 50}
+    assert json.loads(events[-1]["data"])["terminal"] is True
+
+
 @pytest.fixture
 async def pg_engine_redis(pg_url: Any, settings: TaskQSettings, redis_url: str) -> Any:
     from redis.asyncio import Redis

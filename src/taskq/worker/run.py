@@ -157,6 +157,10 @@ class Worker:
         self._loops: list[asyncio.Task[None]] = []
         """The background loops that return on ``_stopping`` (all but the listener)."""
         self._stopping = asyncio.Event()
+        self._ticking_stops = asyncio.Event()
+        """Set when the shutdown begins: the cron loop enqueues no tick after that (a
+        draining worker runs nothing more, and the ticks that fall due meanwhile are the
+        next worker's to catch up within the schedule's ``max_catchup``)."""
         self.crashed: str | None = None
         """The loop whose crash started the shutdown (the exit code is then
         :data:`EXIT_INTERNAL_ERROR`), or ``None``."""
@@ -379,7 +383,7 @@ class Worker:
                 # Until the next tick, by the clock the round read, less the round's own time.
                 left = (wake - ticker.now).total_seconds() - (time.monotonic() - started)
                 delay = min(POLL_S, max(0.05, left))
-            if not await pause(self._stopping, delay):
+            if not await pause(self._ticking_stops, delay):
                 return
 
     async def _progress_loop(self) -> None:
@@ -469,6 +473,7 @@ class Worker:
         self.state.enter(Phase.DRAINING)
         self.heartbeat.status = "stopping"
         d.stop_claiming()
+        self._ticking_stops.set()
         with contextlib.suppress(BaseException):
             await claim
         for job in d.running.values():
@@ -564,6 +569,7 @@ class Worker:
         when the termination grace runs out (at least ``_LOOP_STOP_MIN_S``) is cancelled.
         """
         self._stopping.set()
+        self._ticking_stops.set()
         self.dispatcher.completer.stop()
         for task in self._tasks:
             if task not in self._loops:

@@ -1,6 +1,8 @@
 """Graceful shutdown: stop claiming, then CANCELLING, FORCING, RELEASING; a watchdog behind.
 
-On SIGTERM/SIGINT the worker stops claiming and walks the phases:
+On SIGTERM/SIGINT the worker stops claiming and enqueuing cron ticks (the cron loop
+returns at its next :func:`pause`: ticks falling due during a long drain are left to
+the next worker's catch-up budget, not piled up for nobody to run), and walks the phases:
 
 - CANCELLING (up to ``cancellation_grace_period``): every attempt's cancel event is set,
   so ``ctx.should_abort()`` is True. Attempts that finish now are written normally.

@@ -246,3 +246,46 @@ async def test_a_worker_whose_schedule_id_belongs_to_another_actor_does_not_boot
     async with engine.connect() as conn:
         assert (await conn.execute(select(workers.c.id))).all() == []  # nothing registered
     assert (await rows(engine))["it-sched-report-5m"].actor == "it-sched-report"
+
+
+@actor(name="it-sched-stubborn")
+async def stubborn(payload: Report) -> None:
+    """Ignores the shutdown's cancel request: the drain lasts the cancellation grace."""
+    import asyncio
+
+    await asyncio.sleep(120)
+
+
+async def test_a_worker_that_is_shutting_down_enqueues_no_more_ticks(
+    engine_url: str | URL, engine: AsyncEngine
+) -> None:
+    """The schedule ticks every second; the worker's shutdown waits out a 3 s
+    cancellation grace for a job that ignores the cancel. From the shutdown's start no
+    tick is enqueued (one round already under way may finish): the ticks falling due
+    during the drain are left to the next worker's catch-up budget."""
+
+    from taskq.worker.shutdown import Phase
+
+    settings = worker_settings(engine_url, cancellation_grace_period=3.0)
+
+    async def ticks() -> int:
+        async with engine.connect() as conn:
+            stmt = select(jobs.c.id).where(jobs.c.actor == live.name)
+            return len((await conn.execute(stmt)).all())
+
+    async with running_worker(settings, {live.name: live, stubborn.name: stubborn}) as worker:
+        job = await JobsClient(SqlBackend(engine)).enqueue(stubborn, Report())
+
+        async def ticking_and_busy() -> bool:
+            return (await ticks()) >= 2 and (await job.status()) == "running"
+
+        await wait_until(ticking_and_busy, timeout=60)
+        worker.state.signal("test")
+        at_signal = await ticks()
+
+        async def drained() -> bool:  # the drain: 3 s of cancellation grace
+            return worker.state.phase >= Phase.FORCING
+
+        await wait_until(drained, timeout=60)
+    assert (await job.refresh()).status in ("pending", "scheduled")  # released, not run
+    assert await ticks() <= at_signal + 1
