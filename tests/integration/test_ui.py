@@ -583,7 +583,7 @@ async def test_sse_sends_what_was_published_before_a_quiet_poll_finds_the_end(
     class RaceAtTheFirstQuietPoll(StatsClient):
         reads = 0
 
-        async def progress(self, job_id: uuid.UUID) -> ProgressSnapshot | None:
+        async def progress(self, job_id: uuid.UUID | str) -> ProgressSnapshot | None:
             self.reads += 1
             if self.reads == 3:  # open, the re-read after subscribing, the first quiet poll
                 message = event_message(job, 4, "progress", "running", {"percent": 50})
