@@ -160,6 +160,41 @@ def test_a_hot_keys_backlog_is_parked_one_refill_interval_apart() -> None:
     assert adm.keyed_block(["adm.keyed:cold"]) is None  # another key is not held back
 
 
+def test_a_job_refused_again_is_parked_behind_the_backlog_not_on_another_jobs_turn() -> None:
+    """A parked job whose turn was taken (another worker got that token) is refused when
+    it wakes. It is parked behind the key's backlog, on a turn no other job holds: each
+    later turn (one token) admits its one job, and nobody is refused again. Parked on the
+    key's next token instead, it would share that turn with the job parked there, and one
+    of the two would be refused on every period for the rest of the backlog."""
+    store, clock = Store(tokens=0), Clock()
+    adm = _admission(store, clock)
+    name = "adm.keyed:hot"
+    park = {0: adm.denied(name, 0.5, clock.t, slot=False, keyed=KEYED)}
+    for job in range(1, 8):
+        blocked = adm.keyed_block([name])
+        assert blocked is not None
+        park[job] = blocked[1]
+    # Job 0's turn comes, but its token is gone: refused again.
+    clock.t = park[0]
+    park[0] = adm.denied(name, 0.5, clock.t, slot=False, keyed=KEYED)
+    assert park[0] > max(at for job, at in park.items() if job != 0)
+    # Run the turns: the bucket refills one token per 0.5 s (capacity 1); the jobs due
+    # ask in turn order, a refused one is parked again as the worker parks it.
+    refused = dict.fromkeys(park, 0)
+    tokens, last = 0.0, clock.t
+    while park:
+        clock.t = min(park.values())
+        tokens, last = min(1.0, tokens + 2 * (clock.t - last)), clock.t
+        for job in sorted((j for j, at in park.items() if at <= clock.t + 1e-9), key=park.get):
+            if tokens + 1e-9 >= 1.0:
+                tokens -= 1.0
+                del park[job]
+            else:
+                refused[job] += 1
+                park[job] = adm.denied(name, (1.0 - tokens) / 2, clock.t, slot=False, keyed=KEYED)
+    assert refused == dict.fromkeys(refused, 0)
+
+
 def test_a_rate_gate_follows_the_stores_decisions() -> None:
     gate = RateGate.of(BUCKET, now=0.0)
     assert gate.available(0.0) == 4

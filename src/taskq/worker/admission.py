@@ -385,13 +385,15 @@ class Admission:
         *,
         slot: bool,
         keyed: Any = None,
-        spread: bool = True,
     ) -> float:
         """Record a denial of ``name``; returns the monotonic time to park the job until.
 
         ``keyed`` is the keyed ref whose concrete name denied (a gate is made for the
-        key); ``spread`` puts the job behind the others parked on that key (False
-        for a job that was already waiting on it: it keeps its turn).
+        key). The job is parked behind the others parked on that key, one refill interval
+        after the last of them: the earliest moment the key can admit it. That holds for
+        a job refused again after waiting on the key too: its turn is spent, and parking
+        it at the key's next token would put it on the turn of the job parked there, the
+        two colliding (one refusal more) every period for the rest of the backlog.
         """
         if not slot:
             gate = self.rate_gates.get(name)
@@ -408,7 +410,7 @@ class Admission:
                 return now + wait_s
             gate.level, gate.at = 0.0, now
             gate.blocked_until = now + wait_s
-            if keyed is not None and spread:
+            if keyed is not None:
                 return gate.park_at(now)
             return gate.blocked_until
         slot_gate = self.slot_gates.get(name)

@@ -443,7 +443,6 @@ class Gatekeeper:
                 now,
                 slot=not is_rate,
                 keyed=entry,
-                spread=waited != name,
             )
             if isinstance(entry, KeyedRateLimitRef):
                 kind = "token_bucket"
