@@ -14,6 +14,7 @@ from taskq._ids import as_job_id, uuid_from_int
 from taskq.backends.base import Backend
 from taskq.exceptions import JobCancelledError, JobFailedError, JobNotFoundError, WaitTimeout
 from taskq.progress import ProgressEvent, progress_channel
+from taskq.progress_pubsub import confirmed, pending
 from taskq.records import AttemptRecord, JobRecord, JobStatus, RecordSource, build_record
 
 if TYPE_CHECKING:
@@ -169,6 +170,9 @@ class JobHandle(Generic[R]):
         pubsub = redis_client.pubsub()
         try:
             await pubsub.subscribe(progress_channel(self.job_id))
+            # Subscribed (confirmed) first, then the row read: an event published in
+            # between is on the channel, and the row already holds anything before.
+            await confirmed(pubsub)
             record = await self._backend.get_job(self.job_id)
             if record is None:
                 raise JobNotFoundError(self.job_id)
@@ -189,6 +193,16 @@ class JobHandle(Generic[R]):
                     if record is None:
                         raise JobNotFoundError(self.job_id)
                     if record.is_terminal:
+                        # The row ended while the channel was quiet for us, but events
+                        # published before that end may still be unread on it: yield
+                        # them first (in order, once each), never jump to the end.
+                        async for event in pending(pubsub, poll_interval):
+                            if event.seq is not None and event.seq <= last:
+                                continue
+                            last = event.seq if event.seq is not None else last
+                            yield event
+                            if event.terminal:
+                                return
                         yield ProgressEvent.from_record(record)
                         return
                     continue

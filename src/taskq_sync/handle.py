@@ -17,6 +17,7 @@ from taskq.exceptions import JobCancelledError, JobFailedError, JobNotFoundError
 from taskq.progress import ProgressEvent, progress_channel
 from taskq.records import AttemptRecord, JobRecord, JobStatus, RecordSource, build_record
 from taskq_sync.backends.base import Backend
+from taskq_sync.progress_pubsub import confirmed, pending
 
 if TYPE_CHECKING:
     from taskq.actor import ActorRef
@@ -168,6 +169,9 @@ class JobHandle(Generic[R]):
         pubsub = redis_client.pubsub()
         try:
             pubsub.subscribe(progress_channel(self.job_id))
+            # Subscribed (confirmed) first, then the row read: an event published in
+            # between is on the channel, and the row already holds anything before.
+            confirmed(pubsub)
             record = self._backend.get_job(self.job_id)
             if record is None:
                 raise JobNotFoundError(self.job_id)
@@ -188,6 +192,16 @@ class JobHandle(Generic[R]):
                     if record is None:
                         raise JobNotFoundError(self.job_id)
                     if record.is_terminal:
+                        # The row ended while the channel was quiet for us, but events
+                        # published before that end may still be unread on it: yield
+                        # them first (in order, once each), never jump to the end.
+                        for event in pending(pubsub, poll_interval):
+                            if event.seq is not None and event.seq <= last:
+                                continue
+                            last = event.seq if event.seq is not None else last
+                            yield event
+                            if event.terminal:
+                                return
                         yield ProgressEvent.from_record(record)
                         return
                     continue

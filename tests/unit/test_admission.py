@@ -185,7 +185,8 @@ def test_a_job_refused_again_is_parked_behind_the_backlog_not_on_another_jobs_tu
     while park:
         clock.t = min(park.values())
         tokens, last = min(1.0, tokens + 2 * (clock.t - last)), clock.t
-        for job in sorted((j for j, at in park.items() if at <= clock.t + 1e-9), key=park.get):
+        due = sorted((at, j) for j, at in park.items() if at <= clock.t + 1e-9)
+        for _at, job in due:
             if tokens + 1e-9 >= 1.0:
                 tokens -= 1.0
                 del park[job]

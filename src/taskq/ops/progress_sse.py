@@ -34,6 +34,7 @@ from taskq.constants import TERMINAL_STATUSES
 from taskq.exceptions import JobNotFoundError
 from taskq.ops.stats import ProgressSnapshot, StatsClient
 from taskq.progress import ProgressEvent, progress_channel
+from taskq.progress_pubsub import confirmed, pending
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -195,7 +196,7 @@ class ProgressFeed:
             # Subscribed first (confirmed: SUBSCRIBE only takes effect when Redis has run
             # it), then the row re-read: an event published in between is on the channel,
             # and the row already holds anything published before.
-            await _confirmed(pubsub)
+            await confirmed(pubsub)
             snap = await self.stats.progress(first.job_id) or first
             if snap.seq > last:
                 yield format_event(_from_row(snap, redact), snap.seq)
@@ -218,7 +219,7 @@ class ProgressFeed:
                         # The row ended while the channel was quiet for us, but events the
                         # worker published before that end may still be unread on it:
                         # send them first (in order, once each), never jump to the end.
-                        async for event in _pending(pubsub, self.poll_interval):
+                        async for event in pending(pubsub, self.poll_interval):
                             if event.seq is None or event.seq <= last:
                                 continue
                             last = event.seq
@@ -242,41 +243,3 @@ class ProgressFeed:
                     return
         finally:
             await pubsub.aclose()
-
-
-_BARRIER = "taskq-progress-barrier"
-
-
-async def _confirmed(pubsub: Any) -> None:
-    """Wait for Redis' confirmation of the stream's SUBSCRIBE (nothing is published to
-    the connection before it)."""
-    while True:
-        message = await pubsub.get_message(timeout=None)
-        if message is not None and message["type"] == "subscribe":
-            return
-
-
-async def _pending(pubsub: Any, grace: float) -> AsyncIterator[ProgressEvent]:
-    """The events on the channel that were published before now, then any that follow
-    within ``grace`` seconds of each other (a worker publishes its last events after
-    writing the row).
-
-    A PING on the subscribed connection is the barrier: Redis runs one connection's
-    commands in order and queues every message published before it ahead of the reply,
-    so everything published before the call has been read when the ``pong`` arrives.
-    """
-    await pubsub.ping(_BARRIER)
-    barrier = True
-    while True:
-        message = await pubsub.get_message(
-            ignore_subscribe_messages=True, timeout=None if barrier else grace
-        )
-        if message is None:
-            if barrier:
-                continue
-            return
-        if message["type"] == "pong":
-            barrier = False
-            continue
-        if message["type"] == "message":
-            yield ProgressEvent.from_message(message["data"])
