@@ -18,7 +18,7 @@ import pytest
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
-SECTION = "## The reference examples, runnable"
+SECTION = "### A complete setup: `actors.py` and `worker.py`"
 
 
 def _blocks() -> dict[str, str]:
