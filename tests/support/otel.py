@@ -45,6 +45,26 @@ class Otel:
                             found[rest] = found.get(rest, 0) + int(point.value)  # type: ignore[union-attr]
         return found
 
+    def all_points(self) -> list[tuple[str, dict[str, Any], Any]]:
+        """Every exported point of every metric, as (metric name, attributes, point)."""
+        data = self.reader.get_metrics_data()
+        found: list[tuple[str, dict[str, Any], Any]] = []
+        for resource in data.resource_metrics if data is not None else ():
+            for scope in resource.scope_metrics:
+                for m in scope.metrics:
+                    for point in m.data.data_points:
+                        found.append((m.name, dict(point.attributes or {}), point))
+        return found
+
+    def histogram_count(self, metric: str, **attributes: Any) -> int:
+        """How many values histogram ``metric`` recorded, over the series whose attributes
+        include ``attributes``."""
+        return sum(
+            int(point.count)
+            for name, attrs, point in self.all_points()
+            if name == metric and all(attrs.get(k) == v for k, v in attributes.items())
+        )
+
 
 _OTEL: Otel | None = None
 

@@ -8,7 +8,6 @@ user limited on their own, a denial is a 429 with ``Retry-After``.
 from __future__ import annotations
 
 import json
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -18,12 +17,12 @@ from typing import Any
 
 import psycopg
 import pytest
-import uvicorn
 from sqlalchemy.engine import URL
 
 from taskq.db.dialect import async_url, sync_url
 from taskq.settings import TaskQSettings
 from tests.integration.frameworks import fastapi_app
+from tests.support.asgi_server import serve
 from tests.support.workers import spawn_worker, stop_worker
 
 pytestmark = pytest.mark.e2e
@@ -39,17 +38,8 @@ def server(pg_url: URL, redis_url: str, unique_name: str) -> Iterator[str]:
         conn.execute("CREATE TABLE IF NOT EXISTS fastapi_orders (id serial PRIMARY KEY)")
     settings = TaskQSettings.load(database_url=None, redis_url=redis_url)
     app = fastapi_app.create_app(f"{unique_name}_me", dsn=async_url(pg_url), settings=settings)
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not srv.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    port = srv.servers[0].sockets[0].getsockname()[1]
-    yield f"http://127.0.0.1:{port}"
-    srv.should_exit = True
-    thread.join(timeout=30)
+    with serve(app) as url:
+        yield url
     with psycopg.connect(_dsn(pg_url)) as conn:
         conn.execute("DROP TABLE fastapi_orders")
 

@@ -11,8 +11,6 @@ after that is a 204.
 from __future__ import annotations
 
 import json
-import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +19,6 @@ from typing import Any
 import httpx
 import pytest
 import redis
-import uvicorn
 from sqlalchemy.engine import URL
 from starlette.requests import Request
 
@@ -30,6 +27,7 @@ from taskq.db.dialect import async_url, sync_url
 from taskq.progress import progress_channel
 from taskq.settings import TaskQSettings
 from tests.integration.frameworks import progress_app
+from tests.support.asgi_server import serve
 from tests.support.workers import spawn_worker, stop_worker
 
 pytestmark = pytest.mark.e2e
@@ -39,17 +37,8 @@ pytestmark = pytest.mark.e2e
 def server(pg_url: URL, redis_url: str) -> Iterator[str]:
     settings = TaskQSettings.load(database_url=None, redis_url=redis_url)
     app = progress_app.create_app(dsn=async_url(pg_url), settings=settings)
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not srv.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    port = srv.servers[0].sockets[0].getsockname()[1]
-    yield f"http://127.0.0.1:{port}"
-    srv.should_exit = True
-    thread.join(timeout=30)
+    with serve(app) as url:
+        yield url
 
 
 def _events(lines: Iterator[str]) -> Iterator[tuple[int | None, dict[str, Any]]]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import Any
 
 from pydantic import BaseModel
 from sqlalchemy import func, select
@@ -21,7 +20,7 @@ from taskq.backends.sql import SqlBackend
 from taskq.client import JobsClient
 from taskq.db.tables import jobs
 from taskq.records import EnqueueArgs
-from tests.support.otel import Otel, otel
+from tests.support.otel import otel
 from tests.support.workers import running_worker, wait_until, worker_settings
 
 JOBS = 20
@@ -44,26 +43,6 @@ async def batched(payload: Step) -> None:
     started += 1
     assert release is not None
     await release.wait()
-
-
-def _points(sdk: Otel) -> list[tuple[str, dict[str, Any], Any]]:
-    data = sdk.reader.get_metrics_data()
-    found: list[tuple[str, dict[str, Any], Any]] = []
-    for resource in data.resource_metrics if data is not None else ():
-        for scope in resource.scope_metrics:
-            for metric in scope.metrics:
-                for point in metric.data.data_points:
-                    found.append((metric.name, dict(point.attributes or {}), point))
-    return found
-
-
-def _count(sdk: Otel, name: str, **attributes: Any) -> int:
-    """A histogram's number of points (summed over the series matching ``attributes``)."""
-    return sum(
-        int(point.count)
-        for metric, attrs, point in _points(sdk)
-        if metric == name and all(attrs.get(k) == v for k, v in attributes.items())
-    )
 
 
 async def test_settle_spans_and_counters_are_per_batch_and_add_up_to_the_jobs(
@@ -138,17 +117,16 @@ async def test_settle_spans_and_counters_are_per_batch_and_add_up_to_the_jobs(
     on_queue = {"messaging.destination.name": queue}
     assert sum(sdk.points("messaging.client.consumed.messages", **on_queue).values()) == JOBS
     # histograms: a point per attempt, per claimed job; one operation point per settle
-    assert _count(sdk, "messaging.process.duration", **on_queue) == JOBS
-    assert _count(sdk, "taskq.job.queue_latency", queue=queue) == JOBS
-    assert _count(
-        sdk,
+    assert sdk.histogram_count("messaging.process.duration", **on_queue) == JOBS
+    assert sdk.histogram_count("taskq.job.queue_latency", queue=queue) == JOBS
+    assert sdk.histogram_count(
         "messaging.client.operation.duration",
         **on_queue,
         **{"messaging.operation.name": "settle"},
     ) == len(settles)
 
     # no metric point anywhere carries a job id (nor any other id)
-    for name, attrs, _ in _points(sdk):
+    for name, attrs, _ in sdk.all_points():
         assert "messaging.message.id" not in attrs, name
         for value in attrs.values():
             assert str(value) not in ids, (name, attrs)

@@ -110,25 +110,6 @@ ACTORS = {ref.name: ref for ref in (flaky, snoozer, broken, waiter, limited, key
 UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
-def _all_points(sdk: Otel) -> list[tuple[str, dict[str, Any], Any]]:
-    data = sdk.reader.get_metrics_data()
-    found: list[tuple[str, dict[str, Any], Any]] = []
-    for resource in data.resource_metrics if data is not None else ():
-        for scope in resource.scope_metrics:
-            for metric in scope.metrics:
-                for point in metric.data.data_points:
-                    found.append((metric.name, dict(point.attributes or {}), point))
-    return found
-
-
-def _histogram_count(sdk: Otel, name: str, **attributes: Any) -> int:
-    return sum(
-        int(point.count)
-        for metric, attrs, point in _all_points(sdk)
-        if metric == name and all(attrs.get(k) == v for k, v in attributes.items())
-    )
-
-
 def _total(sdk: Otel, name: str, **attributes: Any) -> int:
     return sum(sdk.points(name, **attributes).values())
 
@@ -325,32 +306,30 @@ async def test_every_ending_has_its_span_status_attributes_and_metrics(
     assert _total(sdk, "taskq.job.retries", actor="otel_flaky", queue=queue) - before_retries == 1
     on_queue = {"messaging.destination.name": queue}
     assert _total(sdk, "messaging.client.consumed.messages", **on_queue) == claimed
-    assert _histogram_count(sdk, "messaging.process.duration", **on_queue) == len(process)
+    assert sdk.histogram_count("messaging.process.duration", **on_queue) == len(process)
     assert (
-        _histogram_count(
-            sdk, "messaging.process.duration", **on_queue, **{"error.type": "KeyError"}
-        )
+        sdk.histogram_count("messaging.process.duration", **on_queue, **{"error.type": "KeyError"})
         == 1
     )
-    assert _histogram_count(sdk, "taskq.job.queue_latency", queue=queue) == claimed
-    throttled = _histogram_count(
-        sdk, "taskq.job.throttled.duration", queue=queue, primitive="token_bucket"
+    assert sdk.histogram_count("taskq.job.queue_latency", queue=queue) == claimed
+    throttled = sdk.histogram_count(
+        "taskq.job.throttled.duration", queue=queue, primitive="token_bucket"
     )
     assert throttled == len(parked)  # one point per park, none per attempt
     assert (
-        _histogram_count(sdk, "taskq.job.throttled.duration", queue=queue, actor="otel_keyed")
+        sdk.histogram_count("taskq.job.throttled.duration", queue=queue, actor="otel_keyed")
         == throttled
     )
     receive_ops = {"messaging.operation.name": "receive", **on_queue}
-    assert _histogram_count(sdk, "messaging.client.operation.duration", **receive_ops) == len(
+    assert sdk.histogram_count("messaging.client.operation.duration", **receive_ops) == len(
         receives
     )
-    assert _histogram_count(
-        sdk, "messaging.client.operation.duration", **{"messaging.operation.name": "settle"}
+    assert sdk.histogram_count(
+        "messaging.client.operation.duration", **{"messaging.operation.name": "settle"}
     )
 
     # no metric point anywhere carries a job id (nor any other id)
-    every = _all_points(sdk)
+    every = sdk.all_points()
     assert every
     job_ids = {str(job_id) for job_id in ids.values()}
     for name, attrs, _ in every:
